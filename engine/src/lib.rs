@@ -1,0 +1,6 @@
+//! DeepSeek-V4-Flash engine: everything between "messages in" and "text deltas out".
+//!
+//! See `ARCHITECTURE.md` for what each module owns.
+
+pub mod model;
+pub mod reference;

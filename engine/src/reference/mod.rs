@@ -1,0 +1,1 @@
+//! The CPU reference backend: f32, slow, obvious; the oracle for every GPU kernel.
