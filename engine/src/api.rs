@@ -242,16 +242,26 @@ pub enum Event {
         arguments_json: String,
     },
     /// Live statistics while decoding (at least four times a second).
-    Progress { turn: TurnId, stats: TurnStats },
+    Progress {
+        turn: TurnId,
+        stats: TurnStats,
+    },
     Finished {
         turn: TurnId,
         reason: FinishReason,
         stats: TurnStats,
     },
     /// The turn could not run (e.g. prompt longer than the context); the engine keeps serving.
-    TurnFailed { turn: TurnId, message: String },
+    TurnFailed {
+        turn: TurnId,
+        message: String,
+    },
     /// Settings were applied; `needs_reload` when some only apply on the next load.
-    SettingsApplied { needs_reload: bool },
+    SettingsApplied {
+        needs_reload: bool,
+    },
     /// The model could not be loaded or the device failed; the engine keeps answering commands.
-    Fatal { message: String },
+    Fatal {
+        message: String,
+    },
 }
