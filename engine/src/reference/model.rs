@@ -126,6 +126,28 @@ impl Model {
         streams
     }
 
+    /// Runs main block `layer` alone on `streams` `[T, n, D]` of positions `0..T` from a fresh
+    /// state (teacher-forced per-layer checks against another implementation).
+    pub fn run_block(&self, layer: usize, streams: &mut [f32], tokens: &[u32]) {
+        let w = &self.weights.blocks[layer];
+        let mut state = LayerState::new(&self.cfg, w);
+        let segs = [Segment {
+            rows: 0..tokens.len(),
+            start_pos: 0,
+        }];
+        let ctx = self.block_ctx(layer);
+        block::forward(
+            &ctx,
+            w,
+            layer,
+            streams,
+            tokens,
+            &segs,
+            &mut [&mut state],
+            None,
+        );
+    }
+
     /// HC head, final norm and head on the chosen rows of each item.
     fn logits_from_streams(
         &self,

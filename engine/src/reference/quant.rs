@@ -73,24 +73,32 @@ pub fn fake_quant_fp4(v: &mut [f32], block: usize) {
     }
 }
 
-/// In-place natural-order (Sylvester) Walsh-Hadamard transform scaled by `len^-1/2`.
-/// `v.len()` must be a power of two.
+/// Entry `(j, i)` of the natural-order (Sylvester) Walsh-Hadamard matrix: `(-1)^popcount(j & i)`.
+fn hadamard_sign(j: usize, i: usize) -> f32 {
+    if (j & i).count_ones() % 2 == 0 {
+        1.0
+    } else {
+        -1.0
+    }
+}
+
+/// In-place natural-order Walsh-Hadamard transform scaled by `len^-1/2` (`len` a power of two).
+///
+/// Computed as the plain product `(v · H)` with a sequential f32 sum per output, then scaled:
+/// this is the summation order the golden quantizer cases were made with, and bit-exactness
+/// matters because an FP4 rounding follows. (A butterfly differs in the last bit.)
 pub fn hadamard(v: &mut [f32]) {
     let n = v.len();
     debug_assert!(n.is_power_of_two());
-    let mut h = 1;
-    while h < n {
-        for start in (0..n).step_by(2 * h) {
-            for i in start..start + h {
-                let (a, b) = (v[i], v[i + h]);
-                v[i] = a + b;
-                v[i + h] = a - b;
-            }
-        }
-        h *= 2;
-    }
     let scale = (n as f32).sqrt().recip();
-    v.iter_mut().for_each(|x| *x *= scale);
+    let x = v.to_vec();
+    for (i, out) in v.iter_mut().enumerate() {
+        let mut acc = 0.0f32;
+        for (j, &xj) in x.iter().enumerate() {
+            acc += xj * hadamard_sign(j, i);
+        }
+        *out = acc * scale;
+    }
 }
 
 #[cfg(test)]
