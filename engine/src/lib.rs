@@ -3,5 +3,6 @@
 //! See `ARCHITECTURE.md` for what each module owns.
 
 pub mod api;
+pub mod backend;
 pub mod model;
 pub mod reference;

@@ -85,8 +85,11 @@ pub fn read_npy_f32(path: &Path) -> Result<(Vec<usize>, Vec<f32>)> {
     Ok((shape, data))
 }
 
+/// Tensors by name: shape and values as f32.
+pub type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
 /// Every tensor of a safetensors file as f32 (I64 converted), by name, with its shape.
-pub fn read_safetensors_f32(path: &Path) -> Result<HashMap<String, (Vec<usize>, Vec<f32>)>> {
+pub fn read_safetensors_f32(path: &Path) -> Result<TensorMap> {
     let bytes = std::fs::read(path).with_context(|| path.display().to_string())?;
     let st = safetensors::SafeTensors::deserialize(&bytes)?;
     let mut out = HashMap::new();

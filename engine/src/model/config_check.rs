@@ -41,7 +41,7 @@ impl ModelConfig {
     }
 
     fn check_attention(&self, r: &impl FieldErr) -> Result<(), ConfigError> {
-        if self.num_attention_heads % self.o_groups != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.o_groups) {
             return Err(r.field_err(
                 "o_groups",
                 &format!(
@@ -51,7 +51,7 @@ impl ModelConfig {
             ));
         }
         let rope = self.qk_rope_head_dim;
-        if rope == 0 || rope % 2 != 0 || rope > self.head_dim {
+        if rope == 0 || !rope.is_multiple_of(2) || rope > self.head_dim {
             return Err(r.field_err(
                 "qk_rope_head_dim",
                 &format!("must be even, positive and <= head_dim ({})", self.head_dim),
@@ -137,7 +137,8 @@ impl ModelConfig {
             }
         }
         if self.expert_format == ExpertFormat::Fp4
-            && (self.hidden_size % 32 != 0 || self.moe_intermediate_size % 32 != 0)
+            && (!self.hidden_size.is_multiple_of(32)
+                || !self.moe_intermediate_size.is_multiple_of(32))
         {
             return Err(r.field_err(
                 "expert_dtype",

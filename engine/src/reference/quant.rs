@@ -75,7 +75,7 @@ pub fn fake_quant_fp4(v: &mut [f32], block: usize) {
 
 /// Entry `(j, i)` of the natural-order (Sylvester) Walsh-Hadamard matrix: `(-1)^popcount(j & i)`.
 fn hadamard_sign(j: usize, i: usize) -> f32 {
-    if (j & i).count_ones() % 2 == 0 {
+    if (j & i).count_ones().is_multiple_of(2) {
         1.0
     } else {
         -1.0
