@@ -147,3 +147,48 @@ fn golden_quant_dequant_matches_an_independent_decode() {
     let abs: f64 = e.iter().map(|v| f64::from(v.abs())).sum();
     assert_eq!(abs, 199.0);
 }
+
+/// The published DeepSeek-V4-Flash config implies exactly the published index: 69,187
+/// tensors and `metadata.total_size` = 159,609,485,896 bytes (spec §4).
+#[test]
+fn real_flash_config_implies_the_published_index_totals() {
+    use dsv4_engine::model::synth::SynthSpec;
+    let mut ratios = vec![0, 0];
+    ratios.extend((2..42).map(|i| if i % 2 == 0 { 4 } else { 128 }));
+    ratios.extend([4, 0]);
+    let spec = SynthSpec {
+        vocab_size: 129_280,
+        hidden_size: 4096,
+        num_hidden_layers: 43,
+        num_nextn_predict_layers: 1,
+        num_attention_heads: 64,
+        head_dim: 512,
+        qk_rope_head_dim: 64,
+        q_lora_rank: 1024,
+        o_groups: 8,
+        o_lora_rank: 1024,
+        sliding_window: 128,
+        compress_ratios: ratios,
+        index_n_heads: 64,
+        index_head_dim: 128,
+        index_topk: 512,
+        n_routed_experts: 256,
+        num_experts_per_tok: 6,
+        moe_intermediate_size: 2048,
+        num_hash_layers: 3,
+        hc_mult: 4,
+        ..SynthSpec::tiny_default()
+    }
+    .with_quantized(true);
+    let cfg = spec.model_config().unwrap();
+    let stored: Vec<_> = expected_tensors(&cfg)
+        .iter()
+        .flat_map(|t| t.stored())
+        .collect();
+    assert_eq!(stored.len(), 69_187);
+    let bytes: usize = stored
+        .iter()
+        .map(|t| t.shape.iter().product::<usize>() * t.dtype.size())
+        .sum();
+    assert_eq!(bytes, 159_609_485_896);
+}

@@ -93,9 +93,15 @@ pub fn f32_from_le(bytes: &[u8]) -> Vec<f32> {
 }
 
 /// FP8 weight `[rows, cols]` times its `block x block` scale grid
-/// `[ceil(rows/block), ceil(cols/block)]`. Codes and scales must be NaN-free (checked by
-/// the caller so the error can name the tensor).
-pub fn dequant_fp8(codes: &[u8], rows: usize, cols: usize, scale: &[u8], block: usize) -> Vec<f32> {
+/// `[ceil(rows/block), ceil(cols/block)]`. Crate-private: the caller has checked both
+/// lengths against the header and that no NaN codes occur (so errors can name the tensor).
+pub(crate) fn dequant_fp8(
+    codes: &[u8],
+    rows: usize,
+    cols: usize,
+    scale: &[u8],
+    block: usize,
+) -> Vec<f32> {
     use rayon::prelude::*;
     let scale_cols = cols.div_ceil(block);
     let mut out = vec![0.0f32; rows * cols];
@@ -113,8 +119,9 @@ pub fn dequant_fp8(codes: &[u8], rows: usize, cols: usize, scale: &[u8], block: 
 }
 
 /// FP4 weight, logical `[rows, cols]`, packed `[rows, cols/2]` (low nibble = even column),
-/// times the per-32-column scale `[rows, cols/32]`. Scales must be NaN-free.
-pub fn dequant_fp4(packed: &[u8], rows: usize, cols: usize, scale: &[u8]) -> Vec<f32> {
+/// times the per-32-column scale `[rows, cols/32]`. Lengths and NaN-free scales are checked
+/// by the caller, as for [`dequant_fp8`].
+pub(crate) fn dequant_fp4(packed: &[u8], rows: usize, cols: usize, scale: &[u8]) -> Vec<f32> {
     use rayon::prelude::*;
     let scale_cols = cols / 32;
     let mut out = vec![0.0f32; rows * cols];

@@ -11,7 +11,7 @@ mod rng;
 mod spec;
 mod writer;
 
-pub use quant::{e2m1_encode, e4m3_encode, quantize_fp4, quantize_fp8, ue8m0_scale};
+pub use quant::{e2m1_encode, e4m3_encode, ue8m0_scale};
 pub use rng::SplitMix64;
 pub use spec::SynthSpec;
 pub use writer::shard_name;

@@ -61,7 +61,12 @@ pub fn e2m1_encode(x: f32) -> u8 {
 }
 
 /// Quantises `w` `[rows, cols]` to e4m3 codes and a `[ceil(rows/b), ceil(cols/b)]` scale grid.
-pub fn quantize_fp8(w: &[f32], rows: usize, cols: usize, block: usize) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn quantize_fp8(
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    block: usize,
+) -> (Vec<u8>, Vec<u8>) {
     let (sr, sc) = (rows.div_ceil(block), cols.div_ceil(block));
     let mut scales = vec![127u8; sr * sc];
     for (bi, s) in scales.iter_mut().enumerate() {
@@ -90,7 +95,7 @@ pub fn quantize_fp8(w: &[f32], rows: usize, cols: usize, block: usize) -> (Vec<u
 
 /// Quantises `w` `[rows, cols]` (cols a multiple of 32) to packed e2m1 `[rows, cols/2]`
 /// (low nibble = even column) and per-32 scales `[rows, cols/32]`.
-pub fn quantize_fp4(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn quantize_fp4(w: &[f32], rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
     let groups = cols / FP4_GROUP;
     let mut packed = vec![0u8; rows * cols / 2];
     let mut scales = vec![127u8; rows * groups];
