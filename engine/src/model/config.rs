@@ -299,12 +299,14 @@ impl ModelConfig {
         };
         Ok(Some(Yarn {
             factor: need(s.factor, "factor")?,
-            original_max_position: s.original_max_position_embeddings.ok_or_else(|| {
-                r.err(
-                    "rope_scaling.original_max_position_embeddings",
-                    "missing required key",
-                )
-            })?,
+            original_max_position: s
+                .original_max_position_embeddings
+                .ok_or_else(|| {
+                    r.err(
+                        "rope_scaling.original_max_position_embeddings",
+                        "missing required key",
+                    )
+                })?,
             beta_fast: need(s.beta_fast, "beta_fast")?,
             beta_slow: need(s.beta_slow, "beta_slow")?,
         }))
@@ -322,10 +324,7 @@ impl ModelConfig {
         if get_str("quant_method") != Some("fp8") {
             return Err(r.err(
                 "quantization_config.quant_method",
-                format!(
-                    "only \"fp8\" is supported, found {:?}",
-                    q.get("quant_method")
-                ),
+                format!("only \"fp8\" is supported, found {:?}", q.get("quant_method")),
             ));
         }
         if let Some(fmt) = get_str("fmt") {
@@ -347,12 +346,7 @@ impl ModelConfig {
         let block = q
             .get("weight_block_size")
             .and_then(Value::as_array)
-            .ok_or_else(|| {
-                r.err(
-                    "quantization_config.weight_block_size",
-                    "missing or not an array",
-                )
-            })?;
+            .ok_or_else(|| r.err("quantization_config.weight_block_size", "missing or not an array"))?;
         let dims: Vec<u64> = block.iter().filter_map(Value::as_u64).collect();
         match dims.as_slice() {
             [a, b] if a == b && *a > 0 => Ok(LinearFormat::Fp8 { block: *a as usize }),

@@ -57,8 +57,7 @@ impl ModelConfig {
                 &format!("must be even, positive and <= head_dim ({})", self.head_dim),
             ));
         }
-        if self.has_indexer()
-            && (rope > self.index_head_dim || !self.index_head_dim.is_power_of_two())
+        if self.has_indexer() && (rope > self.index_head_dim || !self.index_head_dim.is_power_of_two())
         {
             return Err(r.field_err(
                 "index_head_dim",
@@ -69,10 +68,7 @@ impl ModelConfig {
             ));
         }
         if self.has_indexer() && (self.index_n_heads == 0 || self.index_topk == 0) {
-            return Err(r.field_err(
-                "index_n_heads",
-                "indexer heads and index_topk must be positive",
-            ));
+            return Err(r.field_err("index_n_heads", "indexer heads and index_topk must be positive"));
         }
         Ok(())
     }
@@ -100,10 +96,7 @@ impl ModelConfig {
             ));
         }
         if self.num_nextn_predict_layers > 1 {
-            return Err(r.field_err(
-                "num_nextn_predict_layers",
-                "at most one MTP block is supported",
-            ));
+            return Err(r.field_err("num_nextn_predict_layers", "at most one MTP block is supported"));
         }
         Ok(())
     }
