@@ -9,8 +9,31 @@
 //! - `Checkpoint::load_f32(&self, name) -> Result<DenseTensor, CheckpointError>`: dequantised f32
 //!   (BF16/F32 converted; FP8 x block scale; FP4 x per-32 scale), `stored` says which.
 //! - `Checkpoint::load_i64(&self, name) -> Result<(Vec<usize>, Vec<i64>), CheckpointError>`
+//! - `Checkpoint::raw(&self, name) -> Result<RawTensor<'_>, CheckpointError>`: the stored bytes,
+//!   borrowed from the mapping, for a GPU loader.
+
+pub mod dequant;
+mod dtype;
+mod expected;
+mod index;
+mod load;
+mod shard;
+
+pub use dtype::Dtype;
+pub use expected::{
+    expected_tensors, scale_name, ExpectedTensor, Role, Storage, StoredTensor, FP4_GROUP,
+};
+pub use index::INDEX_FILE;
+pub use load::RawTensor;
 
 use super::config::ModelConfig;
+use dtype::shape_str;
+use shard::{Shard, TensorInfo};
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+/// The config file inside a checkpoint directory.
+pub const CONFIG_FILE: &str = "config.json";
 
 /// How a tensor was stored on disk before dequantisation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,146 +77,176 @@ pub enum CheckpointError {
     },
 }
 
-/// An opened checkpoint directory (TEMPORARY minimal loader until the real one lands).
+/// An opened checkpoint directory: config, index and mapped shards, all headers validated.
 pub struct Checkpoint {
     config: ModelConfig,
-    dir: std::path::PathBuf,
-    map: std::collections::HashMap<String, String>,
-}
-
-fn ferr(file: &str, message: impl ToString) -> CheckpointError {
-    CheckpointError::File {
-        file: file.into(),
-        message: message.to_string(),
-    }
+    dir: PathBuf,
+    shards: Vec<Shard>,
+    /// Tensor name -> index into `shards`, for every tensor of the index.
+    locations: BTreeMap<String, usize>,
+    unexpected: Vec<String>,
+    index_total_size: Option<u64>,
 }
 
 impl Checkpoint {
+    /// Opens `dir`: parses `config.json` and the index, maps every shard named in the index
+    /// (headers only, no tensor data is read) and checks every tensor the config implies.
+    pub fn open(dir: &Path) -> Result<Checkpoint, CheckpointError> {
+        let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
+        let index_path = dir.join(INDEX_FILE);
+        let index = index::read_index(&index_path)?;
+        let (shards, locations) = map_shards(dir, &index.weight_map)?;
+        let mut ckpt = Checkpoint {
+            config,
+            dir: dir.to_path_buf(),
+            shards,
+            locations,
+            unexpected: Vec::new(),
+            index_total_size: index.total_size,
+        };
+        ckpt.unexpected = ckpt.check_expected(&index_path)?;
+        Ok(ckpt)
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
-    pub fn open(dir: &std::path::Path) -> Result<Self, CheckpointError> {
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
-        let idx = dir.join("model.safetensors.index.json");
-        let text = std::fs::read_to_string(&idx).map_err(|e| ferr("index", e))?;
-        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ferr("index", e))?;
-        let map = v["weight_map"]
-            .as_object()
-            .ok_or_else(|| ferr("index", "no weight_map"))?
+    /// The checkpoint directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every tensor name of the index, sorted.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        self.locations.keys().map(String::as_str).collect()
+    }
+
+    /// Tensors of the index the config does not imply (sorted); they are mapped but unused.
+    pub fn unexpected_tensors(&self) -> &[String] {
+        &self.unexpected
+    }
+
+    /// Whether the index has a tensor of this name.
+    pub fn contains(&self, name: &str) -> bool {
+        self.locations.contains_key(name)
+    }
+
+    /// Sum of the data sizes of every tensor in the index.
+    pub fn total_bytes(&self) -> u64 {
+        self.locations
             .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-            .collect();
-        Ok(Checkpoint {
-            config,
-            dir: dir.to_path_buf(),
-            map,
-        })
+            .filter_map(|(name, &s)| self.shards.get(s)?.tensors.get(name))
+            .map(|t| (t.end - t.start) as u64)
+            .sum()
     }
 
-    fn raw(
-        &self,
-        name: &str,
-    ) -> Result<(safetensors::Dtype, Vec<usize>, Vec<u8>), CheckpointError> {
-        let file = self
-            .map
+    /// `metadata.total_size` of the index, if it has one (informational: not checked).
+    pub fn index_total_size(&self) -> Option<u64> {
+        self.index_total_size
+    }
+
+    /// The shard and header entry of `name`.
+    fn locate(&self, name: &str) -> Result<(&Shard, &TensorInfo), CheckpointError> {
+        let not_found = || CheckpointError::Tensor {
+            file: self.dir.join(INDEX_FILE).display().to_string(),
+            tensor: name.to_string(),
+            message: "not in the checkpoint's weight_map".into(),
+        };
+        let shard = self
+            .locations
             .get(name)
-            .ok_or_else(|| ferr("index", format!("missing {name}")))?;
-        let bytes = std::fs::read(self.dir.join(file)).map_err(|e| ferr(file, e))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| ferr(file, e))?;
-        let t = st.tensor(name).map_err(|e| ferr(file, e))?;
-        Ok((t.dtype(), t.shape().to_vec(), t.data().to_vec()))
+            .and_then(|&s| self.shards.get(s))
+            .ok_or_else(not_found)?;
+        let info = shard.tensors.get(name).ok_or_else(not_found)?;
+        Ok((shard, info))
     }
 
-    pub fn load_i64(&self, name: &str) -> Result<(Vec<usize>, Vec<i64>), CheckpointError> {
-        let (_, shape, data) = self.raw(name)?;
-        let v = data
-            .chunks(8)
-            .map(|c| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(c);
-                i64::from_le_bytes(b)
-            })
-            .collect();
-        Ok((shape, v))
-    }
-
-    pub fn load_f32(&self, name: &str) -> Result<DenseTensor, CheckpointError> {
-        use safetensors::Dtype;
-        let (dt, shape, data) = self.raw(name)?;
-        let e8 = |b: u8| (f32::from(b) - 127.0).exp2();
-        match dt {
-            Dtype::F32 => Ok(DenseTensor {
-                data: data
-                    .chunks(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-                shape,
-                stored: StoredAs::F32,
-            }),
-            Dtype::BF16 => Ok(DenseTensor {
-                data: data
-                    .chunks(2)
-                    .map(|c| f32::from_bits((u32::from(c[1]) << 24) | (u32::from(c[0]) << 16)))
-                    .collect(),
-                shape,
-                stored: StoredAs::Bf16,
-            }),
-            Dtype::F8_E4M3 => {
-                let sname = name.replace(".weight", ".scale");
-                let (_, sshape, sdata) = self.raw(&sname)?;
-                let (o, i) = (shape[0], shape[1]);
-                let mut out = vec![0f32; o * i];
-                for r in 0..o {
-                    for c in 0..i {
-                        let b = data[r * i + c];
-                        let s = if b & 0x80 != 0 { -1.0 } else { 1.0 };
-                        let e = i32::from((b >> 3) & 0xf);
-                        let m = f32::from(b & 7);
-                        let v = if e == 0 {
-                            m / 8.0 * 2f32.powi(-6)
-                        } else {
-                            (1.0 + m / 8.0) * 2f32.powi(e - 7)
-                        };
-                        out[r * i + c] = s * v * e8(sdata[(r / 128) * sshape[1] + c / 128]);
-                    }
-                }
-                Ok(DenseTensor {
-                    data: out,
-                    shape,
-                    stored: StoredAs::Fp8,
-                })
+    /// Checks every expected tensor's presence, dtype and shape; returns the index's extras.
+    fn check_expected(&self, index_path: &Path) -> Result<Vec<String>, CheckpointError> {
+        let mut seen = HashSet::new();
+        for logical in expected_tensors(&self.config) {
+            for want in logical.stored() {
+                self.check_one(index_path, &want)?;
+                seen.insert(want.name);
             }
-            Dtype::I8 => {
-                let sname = name.replace(".weight", ".scale");
-                let (_, sshape, sdata) = self.raw(&sname)?;
-                let (o, half) = (shape[0], shape[1]);
-                let i = half * 2;
-                let tbl = [0.0f32, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
-                let dec = |n: u8| {
-                    let v = tbl[usize::from(n & 7)];
-                    if n & 8 != 0 {
-                        -v
-                    } else {
-                        v
-                    }
-                };
-                let mut out = vec![0f32; o * i];
-                for r in 0..o {
-                    for k in 0..half {
-                        let b = data[r * half + k];
-                        for (j, nib) in [(2 * k, b & 0xf), (2 * k + 1, b >> 4)] {
-                            out[r * i + j] = dec(nib) * e8(sdata[r * sshape[1] + j / 32]);
-                        }
-                    }
-                }
-                Ok(DenseTensor {
-                    data: out,
-                    shape: vec![o, i],
-                    stored: StoredAs::Fp4,
-                })
-            }
-            other => Err(ferr(name, format!("unsupported dtype {other:?}"))),
         }
+        Ok(self
+            .locations
+            .keys()
+            .filter(|n| !seen.contains(*n))
+            .cloned()
+            .collect())
     }
+
+    fn check_one(&self, index_path: &Path, want: &StoredTensor) -> Result<(), CheckpointError> {
+        let expected = format!("{} {}", want.dtype, shape_str(&want.shape));
+        let Ok((shard, info)) = self.locate(&want.name) else {
+            return Err(CheckpointError::Tensor {
+                file: index_path.display().to_string(),
+                tensor: want.name.clone(),
+                message: format!("missing from weight_map (expected {expected})"),
+            });
+        };
+        if info.dtype != want.dtype || info.shape != want.shape {
+            let what = if info.dtype != want.dtype {
+                "wrong dtype"
+            } else {
+                "wrong shape"
+            };
+            return Err(CheckpointError::Tensor {
+                file: shard.path.display().to_string(),
+                tensor: want.name.clone(),
+                message: format!(
+                    "{what}: expected {expected}, found {} {}",
+                    info.dtype,
+                    shape_str(&info.shape)
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+type ShardMaps = (Vec<Shard>, BTreeMap<String, usize>);
+
+/// Maps each distinct shard of the weight map once and checks that every tensor the index
+/// assigns to it is in its header.
+fn map_shards(
+    dir: &Path,
+    weight_map: &BTreeMap<String, String>,
+) -> Result<ShardMaps, CheckpointError> {
+    let mut shard_ids: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut shards = Vec::new();
+    let mut locations = BTreeMap::new();
+    for (name, file) in weight_map {
+        let id = match shard_ids.get(file.as_str()) {
+            Some(&id) => id,
+            None => {
+                let path = dir.join(file);
+                if !path.is_file() {
+                    return Err(CheckpointError::Tensor {
+                        file: path.display().to_string(),
+                        tensor: name.clone(),
+                        message: format!("shard named in {INDEX_FILE} does not exist"),
+                    });
+                }
+                shards.push(Shard::open(&path)?);
+                shard_ids.insert(file, shards.len() - 1);
+                shards.len() - 1
+            }
+        };
+        let shard = &shards[id];
+        if !shard.tensors.contains_key(name) {
+            return Err(CheckpointError::Tensor {
+                file: shard.path.display().to_string(),
+                tensor: name.clone(),
+                message: format!(
+                    "listed for this shard in {INDEX_FILE} but absent from its header"
+                ),
+            });
+        }
+        locations.insert(name.clone(), id);
+    }
+    Ok((shards, locations))
 }
