@@ -238,7 +238,7 @@ fn invalid_specs_are_rejected_before_writing() {
 /// The app's demo model size (real vocabulary, hidden 256): ~140 MB, meant to take well under
 /// 2 s in release. Ignored by default to keep `cargo test` light; run with `--ignored`.
 #[test]
-#[ignore]
+#[ignore = "timing check of the demo-sized writer; run with --ignored on a release build"]
 fn demo_sized_model_writes_quickly() {
     let dir = tempfile::tempdir().unwrap();
     let spec = SynthSpec::tiny_default().with_vocab(129_280);

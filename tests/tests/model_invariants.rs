@@ -158,3 +158,60 @@ fn short_prompts_shorter_than_a_window() {
         assert!(max_abs_diff(&got, &whole) <= 1e-4, "len {len}");
     }
 }
+
+mod synthetic {
+    use super::check_invariants;
+    use dsv4_engine::api::Numerics;
+    use dsv4_engine::model::synth::{write_checkpoint, SynthSpec};
+    use dsv4_engine::reference::Model;
+
+    fn build(spec: &SynthSpec, numerics: Numerics) -> (tempfile::TempDir, Model) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_checkpoint(dir.path(), spec).expect("write checkpoint");
+        let model = Model::load(dir.path(), numerics).expect("load");
+        (dir, model)
+    }
+
+    /// Other head counts, head dims, windows, ratios, expert counts and stream counts than the
+    /// golden set, in both formats and both numerics.
+    fn variants() -> Vec<SynthSpec> {
+        let base = SynthSpec::tiny_default();
+        let mut wide = base.clone();
+        wide.num_attention_heads = 8;
+        wide.head_dim = 64;
+        wide.qk_rope_head_dim = 32;
+        wide.o_groups = 4;
+        wide.o_lora_rank = 32;
+        wide.sliding_window = 8;
+        wide.compress_ratios = vec![4, 8, 0, 16, 4];
+        wide.num_hidden_layers = 4;
+        wide.num_hash_layers = 1;
+        wide.index_n_heads = 2;
+        wide.index_head_dim = 64;
+        wide.index_topk = 5;
+        wide.n_routed_experts = 4;
+        wide.num_experts_per_tok = 3;
+        wide.hc_mult = 2;
+        wide.seed = 3;
+        let mut no_mtp = base.clone().with_quantized(true);
+        no_mtp.num_nextn_predict_layers = 0;
+        no_mtp.compress_ratios = vec![0, 4, 128, 4, 4];
+        no_mtp.sliding_window = 32;
+        no_mtp.index_topk = 3;
+        no_mtp.seed = 9;
+        vec![base.with_quantized(true), wide, no_mtp]
+    }
+
+    #[test]
+    fn invariants_hold_on_other_configurations() {
+        for (i, spec) in variants().into_iter().enumerate() {
+            let numerics = if i % 2 == 0 {
+                Numerics::Official
+            } else {
+                Numerics::Reference
+            };
+            let (_dir, model) = build(&spec, numerics);
+            check_invariants(&model, 150);
+        }
+    }
+}
