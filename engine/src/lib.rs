@@ -6,3 +6,4 @@ pub mod api;
 pub mod backend;
 pub mod model;
 pub mod reference;
+pub mod sched;

@@ -1,0 +1,3 @@
+//! Scheduling bookkeeping: pure CPU, no tensors.
+
+pub mod prefix;
