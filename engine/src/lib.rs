@@ -2,5 +2,6 @@
 //!
 //! See `ARCHITECTURE.md` for what each module owns.
 
+pub mod chat;
 pub mod model;
 pub mod reference;
