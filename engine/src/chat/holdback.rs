@@ -20,7 +20,8 @@ mod tests {
     fn finds_longest_partial_marker() {
         assert_eq!(partial_suffix_len("abc</th", &["</think>"]), 4);
         assert_eq!(partial_suffix_len("abc", &["</think>"]), 0);
-        assert_eq!(partial_suffix_len("a\n\n<", &["\n\nX", "<Y"]), 3);
+        assert_eq!(partial_suffix_len("a\n\n<", &["\n\n<X", "<Y"]), 3);
+        assert_eq!(partial_suffix_len("a\n\n<", &["\n\nX", "<Y"]), 1);
         assert_eq!(partial_suffix_len("é<｜DS", &["<｜DSML｜"]), "<｜DS".len());
         assert_eq!(partial_suffix_len("", &["x"]), 0);
         assert_eq!(partial_suffix_len("x", &[]), 0);
