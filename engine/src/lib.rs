@@ -5,3 +5,4 @@
 pub mod chat;
 pub mod model;
 pub mod reference;
+pub mod sampler;
