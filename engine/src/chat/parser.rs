@@ -213,3 +213,75 @@ fn push_answer(events: &mut Vec<ParseEvent>, text: String) {
         events.push(ParseEvent::Answer(text));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::Rng;
+
+    const IDS: SpecialIds = SpecialIds {
+        bos: 0,
+        eos: 1,
+        user: 128803,
+        assistant: 128804,
+        think_start: 128821,
+        think_end: 128822,
+        dsml: 128825,
+    };
+
+    const FRAGMENTS: &[&str] = &[
+        "<｜DSML｜",
+        "tool_calls>",
+        "</｜DSML｜tool_calls>",
+        "invoke name=\"f\">",
+        "parameter name=\"k\" string=\"true\">",
+        "parameter name=\"n\" string=\"false\">",
+        "</｜DSML｜parameter>",
+        "</｜DSML｜invoke>",
+        "\n",
+        "\n\n",
+        "<",
+        "</",
+        "\"",
+        ">",
+        "x",
+        "é日",
+        "</think>",
+        "{",
+    ];
+
+    /// Random markup soup, split at random char boundaries: the parser must never panic, and
+    /// without a parsed tool call the answer must be the input, byte for byte.
+    #[test]
+    fn random_markup_never_panics_and_loses_nothing() {
+        let mut rng = Rng::from_seed(99);
+        let mut pick = |n: usize| (rng.next_u64() % n as u64) as usize;
+        for _ in 0..3000 {
+            let len = 1 + pick(12);
+            let text: String = (0..len).map(|_| FRAGMENTS[pick(FRAGMENTS.len())]).collect();
+            let bounds: Vec<usize> = (1..text.len())
+                .filter(|&i| text.is_char_boundary(i) && pick(3) == 0)
+                .collect();
+            let mut p = OutputParser::new(ThinkingMode::Off, IDS);
+            let mut events = Vec::new();
+            let mut last = 0;
+            for &b in bounds.iter().chain(std::iter::once(&text.len())) {
+                events.extend(p.push_text(&text[last..b]));
+                last = b;
+            }
+            events.extend(p.finish());
+            let mut answer = String::new();
+            let mut calls = 0;
+            for e in events {
+                match e {
+                    ParseEvent::Answer(s) => answer.push_str(&s),
+                    ParseEvent::ToolCall(_) => calls += 1,
+                    ParseEvent::Reasoning(s) => panic!("reasoning in chat mode: {s:?}"),
+                }
+            }
+            if calls == 0 {
+                assert_eq!(answer, text);
+            }
+        }
+    }
+}
