@@ -4,6 +4,8 @@
 
 pub mod api;
 pub mod backend;
+pub mod chat;
 pub mod model;
 pub mod reference;
+pub mod sampler;
 pub mod sched;
