@@ -29,49 +29,8 @@ pub struct ChatMessage {
     pub reasoning: Option<String>,
 }
 
-/// Thinking mode of a turn: off (chat), on with high effort, or on with maximum effort.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ThinkingMode {
-    #[default]
-    Off,
-    High,
-    Max,
-}
-
-/// Sampling parameters of one turn.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct SamplingParams {
-    /// 0 means greedy.
-    pub temperature: f32,
-    /// 0 disables top-k.
-    pub top_k: usize,
-    /// 1.0 disables top-p.
-    pub top_p: f32,
-    /// 0.0 disables min-p.
-    pub min_p: f32,
-    /// A seed makes a run reproducible; `None` draws one.
-    pub seed: Option<u64>,
-    /// Maximum number of generated tokens.
-    pub max_tokens: usize,
-    /// Generation stops when any of these appears in the answer; the stop string is not shown.
-    pub stop_strings: Vec<String>,
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            seed: None,
-            max_tokens: 4096,
-            stop_strings: Vec::new(),
-        }
-    }
-}
+pub use crate::chat::ThinkingMode;
+pub use crate::sampler::SamplingParams;
 
 /// Which numerics the CPU reference runs (the GPU backend always runs `Official`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

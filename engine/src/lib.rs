@@ -5,7 +5,9 @@
 pub mod api;
 pub mod backend;
 pub mod chat;
+pub mod handle;
 pub mod model;
 pub mod reference;
+pub mod runtime;
 pub mod sampler;
 pub mod sched;

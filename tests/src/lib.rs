@@ -140,3 +140,4 @@ pub fn argmax(v: &[f32]) -> usize {
         })
         .0
 }
+pub mod engine_harness;

@@ -111,7 +111,14 @@ mod tests {
     fn extension_continues_in_place() {
         let c = cache(&[1, 2, 3, 4], &[2, 4]);
         let plan = c.plan(&[1, 2, 3, 4, 5, 6]);
-        assert_eq!(plan, ReusePlan { restore: None, reuse_len: 4, release: vec![] });
+        assert_eq!(
+            plan,
+            ReusePlan {
+                restore: None,
+                reuse_len: 4,
+                release: vec![]
+            }
+        );
     }
 
     #[test]

@@ -1,0 +1,131 @@
+//! Loading a model on the engine thread: the built-in demo model or a checkpoint directory,
+//! with progress events, onto the backend the settings choose.
+
+use crate::api::{BackendChoice, EngineSettings, ModelInfo, ModelSource};
+use crate::backend::{Backend, CpuBackend};
+use crate::chat::Tokenizer;
+use crate::model::checkpoint::Checkpoint;
+use crate::model::synth::{write_checkpoint, SynthSpec};
+use crate::reference::Model;
+use std::path::{Path, PathBuf};
+
+/// A loaded model: the backend that runs it and the tokenizer that goes with it.
+pub struct Loaded {
+    pub backend: Box<dyn Backend>,
+    pub tokenizer: Tokenizer,
+    pub info: ModelInfo,
+}
+
+/// Bumped whenever the demo model's spec changes, so an old cached copy is not reused.
+const DEMO_VERSION: u32 = 1;
+
+/// Where the demo checkpoint is cached (created on first use).
+pub fn demo_dir() -> PathBuf {
+    let base = std::env::var_os("DSV4_CACHE_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|p| PathBuf::from(p).join("dsv4-chat")))
+        .or_else(|| std::env::var_os("HOME").map(|p| PathBuf::from(p).join(".cache/dsv4-chat")))
+        .unwrap_or_else(|| std::env::temp_dir().join("dsv4-chat"));
+    base.join(format!("demo-model-v{DEMO_VERSION}"))
+}
+
+/// The demo model: the tiny random configuration with the real tokenizer's vocabulary.
+pub fn demo_spec() -> SynthSpec {
+    let mut spec = SynthSpec::tiny_default()
+        .with_quantized(true)
+        .with_vocab(129_280);
+    spec.seed = 20_261_129;
+    spec
+}
+
+/// Writes the demo checkpoint if it is not already complete (the writer writes config.json
+/// last, so a half-written directory does not open and is rewritten).
+pub fn ensure_demo(dir: &Path) -> Result<(), String> {
+    if Checkpoint::open(dir).is_ok() {
+        return Ok(());
+    }
+    let tmp = dir.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    write_checkpoint(&tmp, &demo_spec())
+        .map_err(|e| format!("cannot create the demo model: {e}"))?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&tmp, dir)
+        .map_err(|e| format!("cannot create the demo model in {}: {e}", dir.display()))
+}
+
+/// Loads `source`, calling `progress(fraction, message)` along the way.
+pub fn load(
+    source: &ModelSource,
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Loaded, String> {
+    let (dir, is_demo) = match source {
+        ModelSource::Demo => {
+            progress(
+                0.05,
+                "preparing the built-in demo model (random weights: replies are noise)",
+            );
+            let dir = demo_dir();
+            ensure_demo(&dir)?;
+            (dir, true)
+        }
+        ModelSource::Dir(d) => (d.clone(), false),
+    };
+    progress(0.1, "reading checkpoint headers");
+    let ck = Checkpoint::open(&dir).map_err(|e| e.to_string())?;
+    let tokenizer = load_tokenizer(&dir)?;
+    if tokenizer.vocab_size() > ck.config().vocab_size {
+        return Err(format!(
+            "the tokenizer has {} ids but the model only {}: wrong tokenizer.json?",
+            tokenizer.vocab_size(),
+            ck.config().vocab_size
+        ));
+    }
+    let mut note = String::new();
+    if let BackendChoice::Cuda { .. } = settings.backend {
+        note = " (CUDA backend unavailable in this build: using the CPU reference)".into();
+    }
+    progress(0.2, &format!("loading weights on the CPU{note}"));
+    let model = Model::from_checkpoint(&ck, settings.numerics).map_err(|e| e.to_string())?;
+    let backend = CpuBackend::new(model, settings.max_context);
+    progress(1.0, "ready");
+    let info = model_info(&dir, source, is_demo, &backend);
+    Ok(Loaded {
+        backend: Box::new(backend),
+        tokenizer,
+        info,
+    })
+}
+
+/// The checkpoint's own `tokenizer.json` when it has one, else the bundled DeepSeek-V4 one.
+fn load_tokenizer(dir: &Path) -> Result<Tokenizer, String> {
+    let own = dir.join("tokenizer.json");
+    let tok = if own.exists() {
+        Tokenizer::from_file(&own)
+    } else {
+        Tokenizer::bundled()
+    };
+    tok.map_err(|e| e.to_string())
+}
+
+fn model_info(dir: &Path, source: &ModelSource, is_demo: bool, backend: &CpuBackend) -> ModelInfo {
+    let cfg = backend.config();
+    let name = if is_demo {
+        "Demo model (random weights, produces noise)".to_string()
+    } else {
+        dir.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| dir.display().to_string())
+    };
+    ModelInfo {
+        name,
+        source: source.clone(),
+        is_demo,
+        backend: backend.describe(),
+        numerics: backend.model().numerics,
+        layers: cfg.num_hidden_layers,
+        vocab_size: cfg.vocab_size,
+        context_limit: backend.context_limit(),
+        gpus: backend.gpu_status(),
+    }
+}
