@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// Tokens before the end of the prompt where an extra snapshot is taken: re-encoding a
 /// conversation in thinking mode changes the generation-prompt tail, so the snapshot at the
 /// very end is often not inside the next prompt's common prefix.
-pub const TAIL_SNAPSHOT: usize = 4;
+pub const TAIL_SNAPSHOT: usize = 1;
 
 pub struct Turn {
     pub id: TurnId,

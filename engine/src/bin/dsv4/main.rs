@@ -1,10 +1,11 @@
 //! `dsv4`: the command-line tool of dsv4-chat (logits, generate, chat, encode, bench).
 
+mod chat;
 mod logits;
 mod npy;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use dsv4_engine::api::Numerics;
+use dsv4_engine::api::{Numerics, SamplingParams, ThinkingMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -29,8 +30,87 @@ impl From<NumericsArg> for Numerics {
     }
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum ThinkingArg {
+    Off,
+    High,
+    Max,
+}
+
+/// Model and sampling options shared by `chat` and `generate`.
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Checkpoint directory (default: the built-in demo model, whose replies are noise).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "official")]
+    numerics: NumericsArg,
+    #[arg(long, default_value_t = 1024)]
+    max_tokens: u32,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    top_k: u32,
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop strings (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    #[arg(long, value_enum, default_value = "off")]
+    thinking: ThinkingArg,
+    #[arg(long)]
+    system: Option<String>,
+}
+
+impl RunArgs {
+    fn options(&self) -> chat::ChatOptions {
+        chat::ChatOptions {
+            model: self.model.clone(),
+            numerics: self.numerics.into(),
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                min_p: self.min_p,
+                seed: self.seed,
+                max_tokens: self.max_tokens,
+                stop_strings: self.stop.clone(),
+            },
+            thinking: match self.thinking {
+                ThinkingArg::Off => ThinkingMode::Off,
+                ThinkingArg::High => ThinkingMode::High,
+                ThinkingArg::Max => ThinkingMode::Max,
+            },
+            system: self.system.clone(),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Generate one reply to a prompt, streamed as it is produced.
+    Generate {
+        #[arg(long)]
+        prompt: String,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Interactive chat in the terminal over the engine thread.
+    Chat {
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Render and tokenize conversations: reads a JSON list of cases (`name`, `messages`,
+    /// `thinking`) and prints `[{"name", "rendered", "ids"}]`.
+    Encode {
+        #[arg(long)]
+        cases: PathBuf,
+    },
     /// Teacher-forced logits: prefill `prompt_ids`, then feed each of `decode_fed_ids` with the
     /// cache; writes a float32 .npy of shape [1 + len(decode_fed_ids), vocab].
     Logits {
@@ -55,5 +135,13 @@ fn main() -> anyhow::Result<()> {
             out,
             numerics,
         } => logits::run(&model, &tokens, &out, numerics.into()),
+        Command::Generate { prompt, run } => chat::generate(&run.options(), &prompt),
+        Command::Chat { run } => chat::chat(&run.options()),
+        Command::Encode { cases } => {
+            let text = std::fs::read_to_string(&cases)?;
+            let tok = dsv4_engine::chat::Tokenizer::bundled()?;
+            println!("{}", dsv4_engine::chat::encode_cases(&text, &tok)?);
+            Ok(())
+        }
     }
 }
