@@ -1,1 +1,25 @@
 //! CUDA kernels: sources, build and load, typed launchers. Knows nothing of models or chat.
+//!
+//! - [`Gpu::probe`] says whether a usable GPU is present, without ever panicking.
+//! - [`GpuContext::new`] creates the context and a stream, loads the kernel module once (embedded fatbin, or
+//!   NVRTC when the crate was built without nvcc) and resolves every kernel, so a missing one fails at start.
+//! - One typed launcher per kernel on [`GpuContext`] (`launch_*`), with shape checks.
+//! - [`reference`] holds plain f32 CPU versions of every kernel and the number-format codecs.
+mod context;
+mod error;
+pub mod fatbin;
+mod module;
+mod ops;
+mod probe;
+pub mod reference;
+
+pub use context::{GpuContext, Kernels};
+pub use error::{KernelError, Result};
+pub use module::{ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
+pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape};
+pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
+pub use probe::{Gpu, GpuInfo};
+
+/// Re-exported so callers use the same cudarc types as the launchers.
+pub use cudarc;
+pub use half::bf16;

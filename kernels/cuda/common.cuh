@@ -1,0 +1,102 @@
+// Shared helpers for every kernel file. Compiles under nvcc and NVRTC alike: no system headers (NVRTC has
+// no <stdint.h>), bf16 handled as raw u16 bits, fp8/fp4 decoded with bit operations.
+#ifndef DSV4_COMMON_CUH
+#define DSV4_COMMON_CUH
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+
+// bf16 bits -> f32: exact (bf16 is the top half of an f32).
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+
+// f32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN.
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+// UE8M0 scale byte -> f32 2^(e-127). e = 0 is 2^-127 (an f32 subnormal); 255 (NaN) is never valid.
+__device__ __forceinline__ float ue8m0_to_f32(u32 e) {
+    return e == 0u ? __uint_as_float(0x00400000u) : __uint_as_float(e << 23);
+}
+
+// Streaming 16-byte load for weights: read once, so keep it out of L1 (x and scales stay there).
+__device__ __forceinline__ uint4 ldg_stream(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+// Ordinary read-only 16-byte load (activations: re-read by many warps, so let L1 keep them).
+__device__ __forceinline__ uint4 ldg_keep(const void* p) {
+    uint4 r;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+// Packed bf16x2 multiply a*b (fma with -0 keeps the sign of zero products). bf16 fma keeps subnormals.
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// D += A(16x16 bf16, row) * B(16x8 bf16, col), f32 accumulate. Runs on sm_80+ (sm_90 and sm_120 alike).
+__device__ __forceinline__ void mma_bf16_16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) { return __byte_perm(a, b, sel); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sums the per-warp accumulators of a GEMV block (8 warps, each owning a slice of K) into warp 0, in a fixed
+// order (deterministic: no atomics). `red` holds 4 warps' worth of accumulators.
+template <int NACC>
+__device__ __forceinline__ void block_reduce_8warps(float* acc, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int half = 4; half >= 1; half >>= 1) {
+        if (warp >= half && warp < 2 * half) {
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) red[((warp - half) * NACC + i) * 32 + lane] = acc[i];
+        }
+        __syncthreads();
+        if (warp < half) {
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) acc[i] += red[(warp * NACC + i) * 32 + lane];
+        }
+        __syncthreads();
+    }
+}
+
+// Stores one f32 result as f32 or bf16 (out_bf16 != 0).
+__device__ __forceinline__ void store_out(void* out, u64 idx, float v, int out_bf16) {
+    if (out_bf16) ((u16*)out)[idx] = f32_to_bf16(v);
+    else ((float*)out)[idx] = v;
+}
+
+#endif  // DSV4_COMMON_CUH

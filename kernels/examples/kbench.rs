@@ -1,0 +1,192 @@
+//! Times each kernel at the model's real sizes with CUDA events and prints achieved GB/s next to a
+//! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`.
+use std::error::Error;
+
+use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
+use dsv4_kernels::{bf16, moe_group_meta_len, ExpertShape, GemvOut, Gpu, GpuContext};
+
+type R<T> = Result<T, Box<dyn Error>>;
+
+/// Median milliseconds per call of `f(i)` over 7 timed batches of `iters` calls, after a warm-up.
+fn time_ms(g: &GpuContext, iters: usize, mut f: impl FnMut(usize) -> R<()>) -> R<f64> {
+    for i in 0..3 {
+        f(i)?;
+    }
+    let flags = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let (a, b) = (g.ctx.new_event(flags)?, g.ctx.new_event(flags)?);
+    let mut v = Vec::new();
+    for _ in 0..7 {
+        a.record(&g.stream)?;
+        for i in 0..iters {
+            f(i)?;
+        }
+        b.record(&g.stream)?;
+        b.synchronize()?;
+        v.push(f64::from(a.elapsed_ms(&b)?) / iters as f64);
+    }
+    v.sort_by(f64::total_cmp);
+    Ok(v[3])
+}
+
+fn filled<T: DeviceRepr + Copy>(g: &GpuContext, n: usize, v: T) -> R<CudaSlice<T>> {
+    Ok(g.stream.clone_htod(&vec![v; n])?)
+}
+
+/// Pseudo-random bytes (not zeros: zeros can run faster than real data).
+fn noise(g: &GpuContext, n: usize, seed: u32, mask: u8) -> R<CudaSlice<u8>> {
+    let mut s = seed.wrapping_mul(2_654_435_761).max(1);
+    let v: Vec<u8> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s as u8) & mask
+        })
+        .collect();
+    Ok(g.stream.clone_htod(&v)?)
+}
+
+fn copy_gbs(g: &GpuContext) -> R<f64> {
+    let n = 1usize << 30;
+    let src = noise(g, n, 1, 0xff)?;
+    let mut dst = filled(g, n, 0u8)?;
+    let ms = time_ms(g, 5, |_| Ok(g.stream.memcpy_dtod(&src, &mut dst)?))?;
+    Ok(2.0 * n as f64 / ms / 1e6)
+}
+
+fn bench_fp8(g: &GpuContext, name: &str, n: usize, k: usize, copy: f64) -> R<()> {
+    // Enough weight copies to exceed the 60 MB L2, rotated between calls.
+    let copies = (256 << 20) / (n * k) + 1;
+    let ws: Vec<CudaSlice<u8>> = (0..copies)
+        .map(|i| noise(g, n * k, i as u32 + 7, 0x77))
+        .collect::<R<_>>()?;
+    let sc = noise(g, n.div_ceil(128) * k.div_ceil(128), 3, 0x0f)?;
+    for b in [1usize, 8, 64] {
+        let plan = g.fp8_gemv_plan(b, n, k)?;
+        let x = filled(g, b * k, bf16::from_f32(0.5))?;
+        let mut y = filled(g, b * n, bf16::ZERO)?;
+        let mut wsp = filled(g, plan.workspace_len().max(1), 0f32)?;
+        let ms = time_ms(g, 20, |i| {
+            let out = GemvOut::bf16(&mut y, &g.stream);
+            Ok(g.launch_fp8_gemv(
+                &g.stream,
+                &plan,
+                &x,
+                &ws[i % copies],
+                &sc,
+                out,
+                Some(&mut wsp),
+            )?)
+        })?;
+        let bytes = (n * k + 2 * b * (k + n)) as f64;
+        let gbs = bytes / ms / 1e6;
+        println!(
+            "| fp8_gemv {name:<8} | {n}x{k} | {b:>2} | {:>3} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+            plan.splits,
+            ms * 1e3,
+            100.0 * gbs / copy
+        );
+    }
+    Ok(())
+}
+
+fn bench_fp4(g: &GpuContext, n: usize, k: usize, copy: f64) -> R<()> {
+    let e = 256usize;
+    let w = noise(g, e * n * k / 2, 11, 0xff)?;
+    let sc = noise(g, e * n * k / 32, 13, 0x0f)?;
+    for b in [1usize, 8, 64] {
+        let topk = 6;
+        let shape = ExpertShape {
+            b,
+            topk,
+            experts: e,
+            n,
+            k,
+            x_per_slot: false,
+        };
+        // Distinct experts per token, spread like a router would (token t picks 6 consecutive-ish ids).
+        let ids: Vec<i32> = (0..b * topk)
+            .map(|i| (((i / topk) * 37 + (i % topk) * 41) % e) as i32)
+            .collect();
+        let distinct = {
+            let mut v = ids.clone();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        let dids = g.stream.clone_htod(&ids)?;
+        let mut meta = filled(g, moe_group_meta_len(b * topk), 0i32)?;
+        let x = filled(g, b * k, bf16::from_f32(0.5))?;
+        let mut y = filled(g, b * topk * n, bf16::ZERO)?;
+        let ms = time_ms(g, 20, |_| {
+            g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)?;
+            let out = GemvOut::bf16(&mut y, &g.stream);
+            Ok(g.launch_fp4_expert(&g.stream, &shape, &x, &w, &sc, &meta, out)?)
+        })?;
+        let bytes = (distinct * (n * k / 2 + n * k / 32) + 2 * b * k + 2 * b * topk * n) as f64;
+        let gbs = bytes / ms / 1e6;
+        println!(
+            "| fp4_expert w1 ({distinct:>3} exp) | {n}x{k} | {b:>2} | - | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+            ms * 1e3,
+            100.0 * gbs / copy
+        );
+    }
+    Ok(())
+}
+
+fn bench_small(g: &GpuContext) -> R<()> {
+    let (rows, d) = (64usize, 4096usize);
+    let x = filled(g, rows * d, bf16::from_f32(0.75))?;
+    let w = filled(g, d, 1.0f32)?;
+    let mut y = filled(g, rows * d, bf16::ZERO)?;
+    let ms = time_ms(g, 50, |_| {
+        Ok(g.launch_rmsnorm(&g.stream, rows, d, 1e-6, &x, &w, &mut y)?)
+    })?;
+    println!("rmsnorm 64x4096: {:.2} us", ms * 1e3);
+    let ms = time_ms(g, 50, |_| {
+        Ok(g.launch_rmsnorm(&g.stream, 1, d, 1e-6, &x, &w, &mut y)?)
+    })?;
+    println!("rmsnorm 1x4096: {:.2} us", ms * 1e3);
+    let mut q = filled(g, rows * d, 0u8)?;
+    let mut s = filled(g, rows * d / 128, 0f32)?;
+    let ms = time_ms(g, 50, |_| {
+        Ok(g.launch_act_quant(&g.stream, rows, d, 128, &x, &mut q, &mut s)?)
+    })?;
+    println!("act_quant 64x4096: {:.2} us", ms * 1e3);
+    Ok(())
+}
+
+fn main() -> R<()> {
+    let Some(info) = Gpu::probe()? else {
+        println!(
+            "kbench: no GPU ({})",
+            Gpu::probe_reason(0)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        );
+        return Ok(());
+    };
+    let g = GpuContext::new(0)?;
+    println!(
+        "kbench on {} (cc {}.{}, {} SMs), module {:?}",
+        info.name, info.cc.0, info.cc.1, info.sm_count, g.source
+    );
+    let copy = copy_gbs(&g)?;
+    println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
+    println!(
+        "| kernel | N x K | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|"
+    );
+    for (name, n, k) in [
+        ("wq_b", 32768, 1024),
+        ("wo_b", 4096, 8192),
+        ("wq_a", 1024, 4096),
+        ("wkv", 512, 4096),
+        ("shared", 2048, 4096),
+    ] {
+        bench_fp8(&g, name, n, k, copy)?;
+    }
+    bench_fp4(&g, 2048, 4096, copy)?;
+    bench_small(&g)?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
+
+use crate::error::{KernelError, Result};
+use crate::module::{self, ModuleSource};
+use crate::probe::{self, GpuInfo};
+
+/// Every kernel of the module, resolved once at start.
+#[derive(Debug, Clone)]
+pub struct Kernels {
+    /// fp8_gemv_nt{1,2,4,8}: batch tiles of 8.
+    pub fp8_gemv: [CudaFunction; 4],
+    pub gemv_splitk_reduce: CudaFunction,
+    /// fp4_expert_nt{1,2,4,8}.
+    pub fp4_expert: [CudaFunction; 4],
+    pub moe_group: CudaFunction,
+    pub rmsnorm: CudaFunction,
+    pub act_quant: CudaFunction,
+}
+
+impl Kernels {
+    fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let get = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|source| KernelError::MissingKernel { name, source })
+        };
+        Ok(Kernels {
+            fp8_gemv: [
+                get("fp8_gemv_nt1")?,
+                get("fp8_gemv_nt2")?,
+                get("fp8_gemv_nt4")?,
+                get("fp8_gemv_nt8")?,
+            ],
+            gemv_splitk_reduce: get("gemv_splitk_reduce")?,
+            fp4_expert: [
+                get("fp4_expert_nt1")?,
+                get("fp4_expert_nt2")?,
+                get("fp4_expert_nt4")?,
+                get("fp4_expert_nt8")?,
+            ],
+            moe_group: get("moe_group")?,
+            rmsnorm: get("rmsnorm_bf16")?,
+            act_quant: get("act_quant_bf16")?,
+        })
+    }
+}
+
+/// One device: context (event tracking off, so CUDA-graph capture works), a work stream, the kernels.
+pub struct GpuContext {
+    pub ctx: Arc<CudaContext>,
+    /// A non-default stream: capture graphs on this (never on the legacy default stream).
+    pub stream: Arc<CudaStream>,
+    pub info: GpuInfo,
+    pub kernels: Kernels,
+    pub source: ModuleSource,
+}
+
+impl GpuContext {
+    /// Creates the context on `ordinal`; fails with `KernelError::NoGpu` (never panics) without a driver.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        Self::create(ordinal, false)
+    }
+
+    /// Like [`GpuContext::new`] but always compiles the kernels with NVRTC (tests the fallback path).
+    pub fn new_nvrtc(ordinal: usize) -> Result<Self> {
+        Self::create(ordinal, true)
+    }
+
+    fn create(ordinal: usize, force_nvrtc: bool) -> Result<Self> {
+        // Probing first also guards CudaContext::new, which panics when libcuda is missing.
+        probe::Gpu::probe_reason(ordinal)?;
+        let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: called before any stream or allocation exists; we order cross-stream work ourselves
+        // (cudarc's per-allocation events break CUDA-graph capture with STREAM_CAPTURE_ISOLATION).
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let info = probe::info_of(&ctx)?;
+        let (module, source) = module::load(&ctx, info.cc, force_nvrtc)?;
+        let kernels = Kernels::resolve(&module)?;
+        Ok(GpuContext {
+            ctx,
+            stream,
+            info,
+            kernels,
+            source,
+        })
+    }
+}
+
+/// Index into the `[nt1, nt2, nt4, nt8]` kernel arrays for `cols` mma columns (tokens), 1..=64.
+pub(crate) fn nt_index(cols: usize) -> usize {
+    match cols.div_ceil(8) {
+        0 | 1 => 0,
+        2 => 1,
+        3 | 4 => 2,
+        _ => 3,
+    }
+}

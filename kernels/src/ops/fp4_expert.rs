@@ -1,0 +1,144 @@
+//! `fp4_expert`: grouped routed-expert GEMV over FP4 weights (see cuda/fp4_expert.cu), and `moe_group`.
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::fp8_gemv::GemvOut;
+use super::{grid, int, ptr, ptr_mut};
+use crate::context::{nt_index, GpuContext};
+use crate::error::{check, Result};
+
+const NAME: &str = "fp4_expert";
+
+/// i32 elements of the `meta` buffer that `moe_group` fills for `slots` = B * topk.
+pub fn moe_group_meta_len(slots: usize) -> usize {
+    2 + 3 * slots
+}
+
+/// Shape of one grouped expert GEMV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpertShape {
+    /// Tokens.
+    pub b: usize,
+    /// Experts per token.
+    pub topk: usize,
+    /// Experts in the weight buffer.
+    pub experts: usize,
+    /// Output rows per expert.
+    pub n: usize,
+    /// Input width (logical fp4 values per row).
+    pub k: usize,
+    /// Input row per slot (w2: each slot has its own hidden vector) instead of per token (w1, w3).
+    pub x_per_slot: bool,
+}
+
+impl ExpertShape {
+    fn slots(&self) -> usize {
+        self.b * self.topk
+    }
+}
+
+impl GpuContext {
+    /// Groups the B*topk expert ids (i32, device) by expert into `meta` (see [`moe_group_meta_len`]).
+    /// Run once per MoE layer; w1, w3 and w2 launches reuse it.
+    pub fn launch_moe_group(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        ids: &impl DevicePtr<i32>,
+        meta: &mut impl DevicePtrMut<i32>,
+    ) -> Result<()> {
+        let s = shape.slots();
+        check(NAME, s > 0 && ids.len() >= s, || {
+            format!("ids has {} entries, need {s}", ids.len())
+        })?;
+        check(NAME, (1..=1024).contains(&shape.experts), || {
+            format!("{} experts > 1024", shape.experts)
+        })?;
+        let need = moe_group_meta_len(s);
+        check(NAME, meta.len() >= need, || {
+            format!("meta has {}, need {need}", meta.len())
+        })?;
+        let (si, ei) = (int(NAME, "slots", s)?, int(NAME, "experts", shape.experts)?);
+        let (ip, mp) = (ptr(ids, stream), ptr_mut(meta, stream));
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = stream.launch_builder(&self.kernels.moe_group);
+        l.arg(&ip).arg(&si).arg(&ei).arg(&mp);
+        // SAFETY: moe_group(ids, S, E, meta); ids holds S ids, meta holds 2 + 3S ints (checked above).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// y[slot, n] for every slot, reading each selected expert's weights once. `w` u8 [E, N, K/2],
+    /// `scale` u8 UE8M0 [E, N, K/32], `x` bf16 [B or B*topk, K], `meta` from [`Self::launch_moe_group`],
+    /// `out` [B*topk, N].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_fp4_expert(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<u8>,
+        scale: &impl DevicePtr<u8>,
+        meta: &impl DevicePtr<i32>,
+        out: GemvOut<'_>,
+    ) -> Result<()> {
+        let (s, n, k, e) = (shape.slots(), shape.n, shape.k, shape.experts);
+        check(NAME, (1..=64).contains(&shape.b), || {
+            format!("batch {} not in 1..=64", shape.b)
+        })?;
+        check(NAME, n > 0 && k > 0 && k.is_multiple_of(32), || {
+            format!("need N > 0, K % 32 == 0: N {n} K {k}")
+        })?;
+        let xrows = if shape.x_per_slot { s } else { shape.b };
+        check(NAME, x.len() >= xrows * k, || {
+            format!("x has {}, need {}", x.len(), xrows * k)
+        })?;
+        check(NAME, w.len() >= e * n * k / 2, || {
+            format!("w has {} bytes, need {}", w.len(), e * n * k / 2)
+        })?;
+        let slen = e * n * k / 32;
+        check(NAME, scale.len() >= slen, || {
+            format!("scale has {} bytes, need {slen}", scale.len())
+        })?;
+        check(NAME, meta.len() >= moe_group_meta_len(s), || {
+            "meta too short".into()
+        })?;
+        check(NAME, out.len >= s * n, || {
+            format!("out has {}, need {}", out.len, s * n)
+        })?;
+        let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot)];
+        let names = ["slots", "topk", "N", "K", "x_per_slot"];
+        let mut iv = [0i32; 5];
+        for (i, (v, name)) in ints.iter().zip(names).enumerate() {
+            iv[i] = int(NAME, name, *v)?;
+        }
+        let (xp, wp, sp, mp) = (
+            ptr(x, stream),
+            ptr(w, stream),
+            ptr(scale, stream),
+            ptr(meta, stream),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (grid(NAME, n.div_ceil(32))?, grid(NAME, e.min(s))?, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let func = &self.kernels.fp4_expert[nt_index(shape.b)];
+        let mut l = stream.launch_builder(func);
+        l.arg(&xp).arg(&wp).arg(&sp).arg(&mp).arg(&out.ptr);
+        l.arg(&iv[0])
+            .arg(&iv[1])
+            .arg(&iv[2])
+            .arg(&iv[3])
+            .arg(&iv[4])
+            .arg(&out.bf16);
+        // SAFETY: fp4_expert_ntX(x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16); buffers checked
+        // above; expert ids come from meta, which moe_group only fills with ids in [0, E).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! Typed launchers, one file per kernel family. Each checks shapes on the host, then launches on the given
+//! stream. Device buffers are passed as anything cudarc can give a device pointer for (CudaSlice, CudaView,
+//! CudaViewMut), so callers can hand in slices of larger buffers.
+pub mod act_quant;
+pub mod fp4_expert;
+pub mod fp8_gemv;
+pub mod rmsnorm;
+
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+
+use crate::error::{KernelError, Result};
+
+/// Raw device address of a read-only buffer. Event tracking is off (see GpuContext::new), so the guard that
+/// cudarc returns does nothing and can be dropped at once.
+pub(crate) fn ptr<T>(buf: &impl DevicePtr<T>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = buf.device_ptr(stream);
+    p
+}
+
+/// Raw device address of a written buffer.
+pub(crate) fn ptr_mut<T>(buf: &mut impl DevicePtrMut<T>, stream: &CudaStream) -> u64 {
+    let (p, _guard) = buf.device_ptr_mut(stream);
+    p
+}
+
+/// Converts a dimension to the kernel's `int`, or a shape error.
+pub(crate) fn int(kernel: &'static str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| KernelError::Shape {
+        kernel,
+        what: format!("{what} = {v} exceeds i32"),
+    })
+}
+
+/// Grid dimension as u32, or a shape error.
+pub(crate) fn grid(kernel: &'static str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| KernelError::Shape {
+        kernel,
+        what: format!("grid {v} exceeds u32"),
+    })
+}

@@ -1,0 +1,6 @@
+//! Plain f32 CPU references for every kernel, and the number-format codecs they share. Obvious loops on
+//! purpose: these define what the kernels must compute.
+pub mod formats;
+mod ops;
+
+pub use ops::{act_quant, fp4_expert, fp8_gemv, rmsnorm, ActQuant};

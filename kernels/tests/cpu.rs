@@ -1,0 +1,61 @@
+//! Tests that need no GPU: number codecs of the reference, and the embedded fatbin's architectures.
+use dsv4_kernels::fatbin::{entries, EntryKind};
+use dsv4_kernels::reference::formats::{e2m1_to_f32, e4m3_to_f32, f32_to_e4m3, ue8m0};
+use dsv4_kernels::EMBEDDED_FATBIN;
+
+#[test]
+fn e4m3_round_trips_every_finite_code() {
+    for c in 0u8..=255 {
+        if c & 0x7f == 0x7f {
+            assert!(e4m3_to_f32(c).is_nan());
+            continue;
+        }
+        let v = e4m3_to_f32(c);
+        let back = f32_to_e4m3(v);
+        // +0 and -0 are distinct codes and both round-trip.
+        assert_eq!(back, c, "code {c:#04x} = {v}");
+    }
+    assert_eq!(e4m3_to_f32(0x7e), 448.0);
+    assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9));
+}
+
+#[test]
+fn e4m3_rounds_to_nearest_even_and_saturates() {
+    assert_eq!(f32_to_e4m3(1.0625), 0x38); // tie between 1.0 (even) and 1.125 -> 1.0
+    assert_eq!(f32_to_e4m3(1.1875), 0x3a); // tie between 1.125 and 1.25 (even) -> 1.25
+    assert_eq!(f32_to_e4m3(3.0 * 2f32.powi(-10)), 0x02); // subnormal tie 1.5 units -> 2 units
+    assert_eq!(f32_to_e4m3(1000.0), 0x7e);
+    assert_eq!(f32_to_e4m3(-1000.0), 0xfe);
+    assert_eq!(f32_to_e4m3(0.015_625 * 0.999), 0x08); // just under 2^-6 rounds up to the smallest normal
+}
+
+#[test]
+fn fp4_and_ue8m0_decode() {
+    let want = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
+    for (n, w) in want.iter().enumerate() {
+        assert_eq!(e2m1_to_f32(n as u8), *w);
+        assert_eq!(e2m1_to_f32(n as u8 | 8), -w);
+    }
+    assert_eq!(ue8m0(127), 1.0);
+    assert_eq!(ue8m0(120), 2f32.powi(-7));
+}
+
+/// When the build had nvcc, the fatbin must hold SASS for sm_90a and sm_120a and PTX for compute_90.
+#[test]
+fn fatbin_has_sm90a_and_sm120a_sass() {
+    let Some(bytes) = EMBEDDED_FATBIN else {
+        eprintln!("SKIP: built without nvcc (NVRTC fallback); no fatbin to check");
+        return;
+    };
+    let list = entries(bytes).expect("embedded fatbin parses");
+    println!("fatbin entries: {list:?}");
+    let has = |kind, arch| list.iter().any(|e| e.kind == kind && e.arch == arch);
+    assert!(has(EntryKind::Sass, 90), "no sm_90a SASS");
+    assert!(has(EntryKind::Sass, 120), "no sm_120a SASS");
+    assert!(has(EntryKind::Ptx, 90), "no compute_90 PTX");
+    // nvcc marks arch-specific ("a") targets with flag bit 0x100000.
+    assert!(list
+        .iter()
+        .filter(|e| e.kind == EntryKind::Sass)
+        .all(|e| e.flags & 0x10_0000 != 0));
+}

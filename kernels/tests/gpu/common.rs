@@ -1,0 +1,99 @@
+//! Shared test helpers: the GPU (or a skip), random data, comparisons.
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, Gpu, GpuContext};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The GPU context, or None after printing why the test is skipped (no driver / no device).
+pub fn gpu() -> Option<GpuContext> {
+    match Gpu::probe() {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            let why = Gpu::probe_reason(0)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            eprintln!("SKIP: no GPU ({why})");
+            return None;
+        }
+        Err(e) => {
+            eprintln!("SKIP: GPU probe failed: {e}");
+            return None;
+        }
+    }
+    Some(GpuContext::new(0).expect("GPU present but context creation failed"))
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// bf16 values spread over [-2, 2].
+pub fn rand_bf16(r: &mut StdRng, n: usize) -> Vec<bf16> {
+    (0..n)
+        .map(|_| bf16::from_f32(r.random_range(-2.0f32..2.0)))
+        .collect()
+}
+
+/// Random e4m3 bytes, NaN codes excluded (subnormals and +-448 included).
+pub fn rand_e4m3(r: &mut StdRng, n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|_| loop {
+            let b: u8 = r.random();
+            if b & 0x7f != 0x7f {
+                break b;
+            }
+        })
+        .collect()
+}
+
+pub fn rand_bytes(r: &mut StdRng, n: usize) -> Vec<u8> {
+    (0..n).map(|_| r.random()).collect()
+}
+
+pub fn rand_exponents(r: &mut StdRng, n: usize, lo: u8, hi: u8) -> Vec<u8> {
+    (0..n).map(|_| r.random_range(lo..=hi)).collect()
+}
+
+pub fn upload<T: dsv4_kernels::cudarc::driver::DeviceRepr>(
+    g: &GpuContext,
+    v: &[T],
+) -> CudaSlice<T> {
+    g.stream.clone_htod(v).expect("upload")
+}
+
+pub fn download<T: dsv4_kernels::cudarc::driver::DeviceRepr + Default + Clone>(
+    g: &GpuContext,
+    d: &CudaSlice<T>,
+) -> Vec<T> {
+    g.stream.clone_dtoh(d).expect("download")
+}
+
+/// Max over elements of |got - want| / bound_i; the test passes when <= 1.
+pub fn worst_ratio(got: &[f32], want: &[f32], bound: impl Fn(usize) -> f32) -> (f32, usize) {
+    assert_eq!(got.len(), want.len());
+    let mut worst = (0f32, 0usize);
+    for i in 0..got.len() {
+        assert!(
+            got[i].is_finite(),
+            "element {i} not written or not finite: {}",
+            got[i]
+        );
+        let r = (got[i] - want[i]).abs() / bound(i);
+        if r > worst.0 {
+            worst = (r, i);
+        }
+    }
+    worst
+}
+
+/// ||got - want|| / ||want||.
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| f64::from(a - b).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
+    (num / den.max(1e-300)).sqrt()
+}

@@ -1,0 +1,144 @@
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, GemvOut};
+use rand::Rng;
+
+use crate::common::*;
+
+/// topk distinct expert ids per token.
+fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usize) -> Vec<i32> {
+    let mut ids = Vec::with_capacity(b * topk);
+    for _ in 0..b {
+        let mut chosen: Vec<i32> = Vec::new();
+        while chosen.len() < topk {
+            let e = r.random_range(0..experts as i32);
+            if !chosen.contains(&e) {
+                chosen.push(e);
+            }
+        }
+        ids.extend(chosen);
+    }
+    ids
+}
+
+/// CPU grouping, the layout moe_group must produce.
+fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
+    let s = ids.len();
+    let mut meta = vec![0i32; moe_group_meta_len(s)];
+    let mut g = 0usize;
+    let mut start = 0usize;
+    for e in 0..experts as i32 {
+        let slots: Vec<i32> = (0..s as i32).filter(|&i| ids[i as usize] == e).collect();
+        if slots.is_empty() {
+            continue;
+        }
+        meta[1 + g] = e;
+        meta[1 + s + g] = start as i32;
+        for (j, sl) in slots.iter().enumerate() {
+            meta[2 + 2 * s + start + j] = *sl;
+        }
+        start += slots.len();
+        g += 1;
+    }
+    meta[0] = g as i32;
+    meta[1 + s + g] = start as i32;
+    meta
+}
+
+fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, shape: ExpertShape) {
+    let mut r = rng(seed);
+    let (s, n, k, e) = (shape.b * shape.topk, shape.n, shape.k, shape.experts);
+    let ids = rand_ids(&mut r, shape.b, shape.topk, e);
+    let xrows = if shape.x_per_slot { s } else { shape.b };
+    let x = rand_bf16(&mut r, xrows * k);
+    let w = rand_bytes(&mut r, e * n * k / 2);
+    let sc = rand_exponents(&mut r, e * n * k / 32, 100, 128);
+    let want = reference::fp4_expert(&x, &w, &sc, &ids, shape.topk, e, n, k, shape.x_per_slot);
+
+    let (dids, dx, dw, ds) = (
+        upload(g, &ids),
+        upload(g, &x),
+        upload(g, &w),
+        upload(g, &sc),
+    );
+    let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
+    g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
+        .expect("moe_group");
+    let gm = download(g, &meta);
+    let wm = group_ref(&ids, e);
+    let used = 2 + 2 * s + wm[1 + s + wm[0] as usize] as usize; // compare the filled part only
+    assert_eq!(gm[0], wm[0], "group count");
+    let ng = wm[0] as usize;
+    assert_eq!(gm[1..1 + ng], wm[1..1 + ng], "group experts");
+    assert_eq!(gm[1 + s..2 + s + ng], wm[1 + s..2 + s + ng], "group starts");
+    assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "slots");
+
+    let mut y = upload(g, &vec![f32::NAN; s * n]);
+    g.launch_fp4_expert(
+        &g.stream,
+        &shape,
+        &dx,
+        &dw,
+        &ds,
+        &meta,
+        GemvOut::f32(&mut y, &g.stream),
+    )
+    .expect("launch");
+    let got = download(g, &y);
+    let absum: Vec<f32> = (0..s * n)
+        .map(|i| {
+            let (slot, row) = (i / n, i % n);
+            let xr = if shape.x_per_slot {
+                slot
+            } else {
+                slot / shape.topk
+            };
+            let base = (ids[slot] as usize * n + row) * k;
+            (0..k)
+                .map(|j| {
+                    let byte = w[(base + j) / 2];
+                    let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
+                    let wv = reference::formats::e2m1_to_f32(nib)
+                        * reference::formats::ue8m0(sc[base / 32 + j / 32]);
+                    (x[xr * k + j].to_f32() * wv).abs()
+                })
+                .sum()
+        })
+        .collect();
+    let (worst, at) = worst_ratio(&got, &want, |i| 1e-5 * absum[i] + 1e-30);
+    println!(
+        "fp4_expert {shape:?} groups {ng}: rel_l2 {:.2e}, worst/bound {worst:.3}",
+        rel_l2(&got, &want)
+    );
+    assert!(
+        worst <= 1.0,
+        "{shape:?}: element {at} got {} want {}",
+        got[at],
+        want[at]
+    );
+}
+
+#[test]
+fn fp4_expert_matches_reference() {
+    let Some(g) = gpu() else { return };
+    let cases = [
+        (1, 6, 32, 96, 4096, false),
+        (3, 6, 8, 50, 160, true),
+        (8, 2, 4, 33, 256, false), // groups of up to 16 tokens: more than one n-tile pass at batch 8
+        (64, 6, 64, 40, 512, false),
+        (20, 6, 256, 64, 2048, true),
+    ];
+    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
+        run_case(
+            &g,
+            300 + i as u64,
+            ExpertShape {
+                b,
+                topk,
+                experts,
+                n,
+                k,
+                x_per_slot,
+            },
+        );
+    }
+}

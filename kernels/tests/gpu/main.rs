@@ -1,0 +1,6 @@
+//! GPU kernel tests against the CPU references, on random inputs of awkward shapes. Each test prints
+//! "SKIP" and passes when no GPU/driver is present.
+mod common;
+mod expert;
+mod gemv;
+mod norm_quant;
