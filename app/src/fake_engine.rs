@@ -146,6 +146,8 @@ impl FakeEngine {
     }
 
     fn model_info(&self, source: ModelSource) -> ModelInfo {
+        // Only the demo is labelled as noise; for a folder the backend name says "fake".
+        let is_demo = source == ModelSource::Demo;
         let name = match &source {
             ModelSource::Demo => "Demo model".to_string(),
             ModelSource::Dir(dir) => dir
@@ -156,8 +158,7 @@ impl FakeEngine {
         ModelInfo {
             name,
             source,
-            // Everything the fake says is canned, whatever was "loaded".
-            is_demo: true,
+            is_demo,
             backend: "fake engine (canned replies)".into(),
             numerics: self.settings.numerics,
             layers: 4,

@@ -222,7 +222,7 @@ fn settings_refuse_invalid_values_with_a_reason() {
     h.step();
     h.get_by_label("Graph batch buckets").type_text(", 2");
     h.step();
-    h.get_by_label("Apply").click_accesskit();
+    h.get_by_label("Apply").click();
     h.step();
     h.step();
     assert!(has_text(&h, "strictly increasing"));

@@ -12,6 +12,8 @@ pub fn window(ctx: &egui::Context, app: &mut ChatApp) {
         .open(&mut app.view.show_about)
         .collapsible(false)
         .resizable(false)
+        .pivot(egui::Align2::CENTER_CENTER)
+        .default_pos(ctx.content_rect().center())
         .show(ctx, |ui| {
             ui.heading("dsv4-chat");
             ui.label("A desktop chat app that runs DeepSeek-V4-Flash locally.");

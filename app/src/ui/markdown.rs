@@ -291,12 +291,31 @@ fn delimited(text: &str, previous: Option<char>) -> Option<(&str, &str, Delim)> 
             if !opens_word || (marker == '_' && inside_word) {
                 return None;
             }
-            let end = body.find(marker).filter(|&e| e > 0)?;
+            let end = find_single(body, marker).filter(|&e| e > 0)?;
             if body[..end].ends_with(char::is_whitespace) {
                 return None;
             }
             return Some((&body[..end], &body[end + 1..], Delim::Italic));
         }
+    }
+    None
+}
+
+/// The first `marker` in `text` that is not half of a doubled (bold) marker, so
+/// `*an **inner** word*` closes at the last star.
+fn find_single(text: &str, marker: char) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let m = u8::try_from(u32::from(marker)).ok()?;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == m {
+            if bytes.get(i + 1) == Some(&m) {
+                i += 2;
+                continue;
+            }
+            return Some(i);
+        }
+        i += 1;
     }
     None
 }

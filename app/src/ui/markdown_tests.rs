@@ -60,6 +60,18 @@ fn inline_styles() {
 }
 
 #[test]
+fn italic_may_contain_bold() {
+    assert_eq!(
+        parse_inline("*an **inner** word*"),
+        vec![
+            styled("an ", false, true, false),
+            styled("inner", true, true, false),
+            styled(" word", false, true, false),
+        ]
+    );
+}
+
+#[test]
 fn unclosed_and_non_emphasis_markers_stay_literal() {
     assert_eq!(
         parse_inline("still **streaming"),

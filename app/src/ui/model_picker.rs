@@ -12,8 +12,10 @@ pub fn window(ctx: &egui::Context, app: &mut ChatApp, actions: &mut Vec<Action>)
     let mut open = app.view.show_models;
     egui::Window::new("Models")
         .open(&mut open)
-        .default_width(560.0)
-        .default_height(480.0)
+        .default_width(600.0)
+        .default_height(ctx.content_rect().height() * 0.8)
+        .pivot(egui::Align2::CENTER_CENTER)
+        .default_pos(ctx.content_rect().center())
         .show(ctx, |ui| contents(ui, app, actions));
     app.view.show_models = open;
 }

@@ -15,14 +15,13 @@ pub fn window(ctx: &egui::Context, app: &mut ChatApp, actions: &mut Vec<Action>)
     let mut close = false;
     egui::Window::new("Settings")
         .open(&mut open)
-        .default_width(460.0)
+        .default_width(480.0)
+        .default_height(ctx.content_rect().height() * 0.8)
+        .pivot(egui::Align2::CENTER_CENTER)
+        .default_pos(ctx.content_rect().center())
         .show(ctx, |ui| {
-            egui::ScrollArea::vertical().show(ui, |ui| {
-                engine_section(ui, draft);
-                ui.separator();
-                sampling_section(ui, draft);
-                ui.separator();
-                folders_note(ui, draft);
+            // The buttons and refusals stay visible below the scrolling fields.
+            egui::Panel::bottom("settings_buttons").show(ui, |ui| {
                 problems(ui, draft);
                 ui.horizontal(|ui| {
                     if ui.button("Apply").clicked() {
@@ -32,6 +31,13 @@ pub fn window(ctx: &egui::Context, app: &mut ChatApp, actions: &mut Vec<Action>)
                         close = true;
                     }
                 });
+            });
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                engine_section(ui, draft);
+                ui.separator();
+                sampling_section(ui, draft);
+                ui.separator();
+                folders_note(ui, draft);
             });
         });
     if close || !open {
