@@ -250,3 +250,69 @@ fn model_picker_lists_the_demo_and_explains_bad_folders() {
     });
     assert_eq!(h.state().settings().model_folders, vec![missing]);
 }
+
+#[test]
+fn regenerate_and_edit_replace_the_last_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = start(dir.path(), fast_options());
+    wait_ready(&mut h);
+    type_message(&mut h, "first question");
+    step_until(&mut h, "reply finished", |h| !h.state().is_generating());
+    h.step();
+
+    h.get_by_label("Regenerate").click();
+    h.step();
+    assert!(h.state().is_generating());
+    step_until(&mut h, "regenerated", |h| !h.state().is_generating());
+    h.step();
+    assert_eq!(h.state().selected_conversation().unwrap().messages.len(), 2);
+
+    h.get_by_label("Edit").click();
+    h.run_steps(2);
+    h.get_by_label("Edit message").focus();
+    h.step();
+    h.get_by_label("Edit message").type_text(" again");
+    h.step();
+    h.get_by_label("Send edited").click();
+    h.step();
+    step_until(&mut h, "edited reply", |h| !h.state().is_generating());
+    let messages = &h.state().selected_conversation().unwrap().messages;
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0].content, "first question again");
+    assert!(messages[1].content.contains("first question again"));
+}
+
+#[test]
+fn delete_removes_the_conversation_and_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = start(dir.path(), fast_options());
+    wait_ready(&mut h);
+    type_message(&mut h, "to be deleted");
+    step_until(&mut h, "reply finished", |h| !h.state().is_generating());
+    h.run_steps(2);
+    h.get_by_label("Delete").click();
+    h.step();
+    assert!(h.state().conversations().is_empty());
+    drop(h);
+    let files = std::fs::read_dir(dir.path().join("conversations"))
+        .unwrap()
+        .count();
+    assert_eq!(files, 0);
+}
+
+#[test]
+fn gpus_in_use_are_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = FakeEngineOptions {
+        gpus: vec![dsv4_engine::api::GpuStatus {
+            ordinal: 0,
+            name: "NVIDIA H200".into(),
+            memory_used_bytes: 90_000_000_000,
+            memory_total_bytes: 141_000_000_000,
+        }],
+        ..fast_options()
+    };
+    let mut h = start(dir.path(), options);
+    wait_ready(&mut h);
+    assert!(has_text(&h, "GPU 0 NVIDIA H200: 90.0 GB / 141.0 GB"));
+}
