@@ -10,9 +10,11 @@ const NAME: &str = "act_quant";
 
 impl GpuContext {
     fn act_quant_check(&self, x_len: usize, rows: usize, d: usize, block: usize) -> Result<i32> {
-        check(NAME, block.is_multiple_of(32) && (32..=256).contains(&block), || {
-            format!("block {block}")
-        })?;
+        check(
+            NAME,
+            block.is_multiple_of(32) && (32..=256).contains(&block),
+            || format!("block {block}"),
+        )?;
         check(NAME, rows > 0 && d > 0 && d.is_multiple_of(block), || {
             format!("d {d} not a multiple of {block}")
         })?;
