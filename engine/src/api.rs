@@ -93,7 +93,7 @@ impl Default for EngineSettings {
             max_batch: 8,
             prefill_chunk: 512,
             cuda_graphs: true,
-            graph_buckets: vec![1, 2, 4, 8, 16, 32, 64],
+            graph_buckets: vec![1, 2, 4, 8],
             max_context: 65536,
             cache_budget_mib: 4096,
         }
