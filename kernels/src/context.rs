@@ -17,6 +17,8 @@ pub struct Kernels {
     pub moe_group: CudaFunction,
     pub rmsnorm: CudaFunction,
     pub act_quant: CudaFunction,
+    /// The model runner's kernels (mHC, routing, bf16 GEMV, sampling, synthetic fill).
+    pub runner: crate::ops::runner::RunnerKernels,
 }
 
 impl Kernels {
@@ -43,6 +45,7 @@ impl Kernels {
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,
             act_quant: get("act_quant_bf16")?,
+            runner: crate::ops::runner::RunnerKernels::resolve(module)?,
         })
     }
 }

@@ -2,9 +2,15 @@
 //! stream. Device buffers are passed as anything cudarc can give a device pointer for (CudaSlice, CudaView,
 //! CudaViewMut), so callers can hand in slices of larger buffers.
 pub mod act_quant;
+pub mod bf16_gemv;
 pub mod fp4_expert;
 pub mod fp8_gemv;
+pub mod mhc;
+pub mod moe_route;
 pub mod rmsnorm;
+pub mod runner;
+pub mod sample;
+pub mod synth;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 

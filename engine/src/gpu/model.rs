@@ -1,0 +1,223 @@
+//! One decode step on the device for `rows` rows (each a sequence slot feeding one token at its
+//! position): embed -> per block (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost)
+//! -> HCHead+norm -> head -> argmax. Everything is enqueued on `ctx.stream` with no host sync, no
+//! allocation and per-step values read from device buffers, so the step can be captured as a graph.
+
+use super::attention::{self, AttnState};
+use super::moe::{self, Hook};
+use super::weights::{HcDev, ModelWeightsDev};
+use super::workspace::Workspace;
+use super::RunnerError;
+use crate::api::Numerics;
+use crate::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, GemvOut, GpuContext, HcPre};
+
+/// Host values of one step; `tokens`, `slots` and `positions` have one entry per row.
+#[derive(Debug, Clone, Copy)]
+pub struct StepInput<'a> {
+    pub tokens: &'a [i32],
+    pub slots: &'a [i32],
+    pub positions: &'a [i32],
+}
+
+pub struct GpuModel {
+    pub ctx: GpuContext,
+    pub cfg: ModelConfig,
+    pub weights: ModelWeightsDev,
+    /// One per main block, each with `seq_slots + 1` slots (the last takes padding rows).
+    pub states: Vec<AttnState>,
+    pub ws: Workspace,
+    pub numerics: Numerics,
+    pub seq_slots: usize,
+    /// Host staging for the padded step inputs (reused: no per-step allocation).
+    staging: [Vec<i32>; 3],
+}
+
+impl GpuModel {
+    pub fn new(
+        ctx: GpuContext,
+        cfg: ModelConfig,
+        weights: ModelWeightsDev,
+        numerics: Numerics,
+        seq_slots: usize,
+        max_rows: usize,
+        max_context: usize,
+    ) -> Result<Self, RunnerError> {
+        let states = (0..cfg.num_hidden_layers)
+            .map(|l| AttnState::new(&ctx, &cfg, l, seq_slots + 1, max_context))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ws = Workspace::new(&ctx, &cfg, max_rows)?;
+        let staging = [vec![0; max_rows], vec![0; max_rows], vec![0; max_rows]];
+        Ok(GpuModel {
+            ctx,
+            cfg,
+            weights,
+            states,
+            ws,
+            numerics,
+            seq_slots,
+            staging,
+        })
+    }
+
+    /// The slot that padding rows write to (never a sequence's).
+    pub fn pad_slot(&self) -> usize {
+        self.seq_slots
+    }
+
+    /// Copies a step's inputs to the device, padded to `rows` (>= the input's rows) with harmless rows.
+    pub fn upload(&mut self, input: &StepInput<'_>, rows: usize) -> Result<(), RunnerError> {
+        let n = input.tokens.len();
+        if rows > self.ws.max_rows || n > rows {
+            return Err(RunnerError::TooManyRows {
+                rows,
+                max: self.ws.max_rows,
+            });
+        }
+        let pad = [0, self.pad_slot() as i32, 0];
+        let srcs = [input.tokens, input.slots, input.positions];
+        for ((buf, src), p) in self.staging.iter_mut().zip(srcs).zip(pad) {
+            buf[..n].copy_from_slice(src);
+            buf[n..rows].iter_mut().for_each(|v| *v = p);
+        }
+        let s = &self.ctx.stream;
+        let ws = &mut self.ws;
+        s.memcpy_htod(&self.staging[0][..rows], &mut ws.tokens.slice_mut(..rows))?;
+        s.memcpy_htod(
+            &self.staging[1][..rows],
+            &mut ws.meta.slots.slice_mut(..rows),
+        )?;
+        s.memcpy_htod(
+            &self.staging[2][..rows],
+            &mut ws.meta.positions.slice_mut(..rows),
+        )?;
+        Ok(())
+    }
+
+    /// Enqueues one step over `rows` rows of the uploaded inputs (capturable).
+    pub fn step(&mut self, rows: usize) -> Result<(), RunnerError> {
+        self.step_with(rows, &mut |_| Ok(()))
+    }
+
+    /// [`Self::step`] calling `hook` after each op (per-op timing in `dsv4 bench --profile`).
+    pub fn step_with(&mut self, rows: usize, hook: Hook<'_>) -> Result<(), RunnerError> {
+        if rows == 0 || rows > self.ws.max_rows {
+            return Err(RunnerError::TooManyRows {
+                rows,
+                max: self.ws.max_rows,
+            });
+        }
+        let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
+        let d = cfg.hidden_size;
+        ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
+        hook("embed")?;
+        for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, false)?;
+            hook("hc_pre.attn")?;
+            attention::decode(
+                ctx,
+                &ctx.stream,
+                &blk.attn,
+                state,
+                &ws.meta,
+                rows,
+                &ws.a,
+                &mut ws.attn,
+                &mut ws.attn_out,
+                self.numerics,
+            )?;
+            hook("attention")?;
+            ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
+            hook("hc_post.attn")?;
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, false)?;
+            hook("hc_pre.ffn")?;
+            moe::forward(ctx, cfg, &blk.moe, ws, rows, self.numerics, hook)?;
+            let k = cfg.num_experts_per_tok;
+            let (yr, ys) = (&ws.y_routed, &ws.y_shared);
+            ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
+            hook("hc_post.ffn")?;
+        }
+        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, true)?;
+        hook("hc_head")?;
+        head(ctx, cfg, &w.head, ws, rows)?;
+        hook("head")
+    }
+
+    /// The greedy tokens of the last step's rows (one device-to-host copy: the step's one sync).
+    pub fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
+        let mut out = vec![0i32; rows];
+        self.ctx
+            .stream
+            .memcpy_dtoh(&self.ws.next.slice(..rows), &mut out)?;
+        self.ctx.stream.synchronize()?;
+        Ok(out)
+    }
+
+    /// The last step's logits of `row` (f32 [vocab]).
+    pub fn read_logits(&self, row: usize) -> Result<Vec<f32>, RunnerError> {
+        let v = self.cfg.vocab_size;
+        let mut out = vec![0f32; v];
+        let src = self.ws.logits.slice(row * v..(row + 1) * v);
+        self.ctx.stream.memcpy_dtoh(&src, &mut out)?;
+        self.ctx.stream.synchronize()?;
+        Ok(out)
+    }
+}
+
+/// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
+fn hc_pre(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    ws: &mut Workspace,
+    rows: usize,
+    hc: &HcDev,
+    norm: &CudaSlice<f32>,
+    head: bool,
+) -> Result<(), RunnerError> {
+    let p = HcPre {
+        rows,
+        d: cfg.hidden_size,
+        norm_eps: cfg.rms_norm_eps,
+        hc_eps: cfg.hc_eps,
+        sinkhorn_iters: cfg.hc_sinkhorn_iters,
+        head,
+    };
+    let (x, a) = (&ws.x, &mut ws.a);
+    ctx.launch_hc_pre(
+        &ctx.stream,
+        &p,
+        x,
+        &hc.func,
+        &hc.base,
+        &hc.scale,
+        norm,
+        &mut ws.hc_ws,
+        &mut ws.mix,
+        a,
+    )?;
+    Ok(())
+}
+
+/// Vocabulary head (f32 logits of the normalised HC-head output in `ws.a`) and greedy argmax.
+fn head(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &CudaSlice<bf16>,
+    ws: &mut Workspace,
+    rows: usize,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    let (v, d) = (cfg.vocab_size, cfg.hidden_size);
+    let plan = ctx.bf16_gemv_plan(rows, v, d)?;
+    ctx.launch_bf16_gemv(
+        s,
+        &plan,
+        &ws.a,
+        w,
+        GemvOut::f32(&mut ws.logits, s),
+        Some(&mut ws.split),
+    )?;
+    ctx.launch_argmax_rows(s, rows, v, &ws.logits, &mut ws.next)?;
+    Ok(())
+}

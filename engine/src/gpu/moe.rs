@@ -1,0 +1,188 @@
+//! The MoE of one block on the device (spec 2.8): gate GEMV, routing, grouped FP4 routed experts and
+//! the FP8 shared expert. The final sum of expert outputs is fused into the following HCPost.
+
+use super::weights::{Fp8Linear, MoeDev};
+use super::workspace::Workspace;
+use super::RunnerError;
+use crate::api::Numerics;
+use crate::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, ExpertShape, GemvOut, GpuContext, RouteBy, RouteShape};
+
+/// Called after each op with its name (the profiler records an event there; normally a no-op).
+pub type Hook<'a> = &'a mut dyn FnMut(&'static str) -> Result<(), RunnerError>;
+
+fn fp8(
+    ctx: &GpuContext,
+    rows: usize,
+    lin: &Fp8Linear,
+    x: &CudaSlice<bf16>,
+    out: &mut CudaSlice<f32>,
+    split: &mut CudaSlice<f32>,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    let plan = ctx.fp8_gemv_plan(rows, lin.out, lin.inp)?;
+    ctx.launch_fp8_gemv(
+        s,
+        &plan,
+        x,
+        &lin.w,
+        &lin.scale,
+        GemvOut::f32(out, s),
+        Some(split),
+    )?;
+    Ok(())
+}
+
+/// Gate logits and routing into `ws.ids` / `ws.wts`, then the expert grouping.
+fn route(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    let (e, d) = (cfg.n_routed_experts, cfg.hidden_size);
+    let plan = ctx.bf16_gemv_plan(rows, e, d)?;
+    let out = GemvOut::f32(&mut ws.gate, s);
+    ctx.launch_bf16_gemv(s, &plan, &ws.a, &w.gate, out, Some(&mut ws.split))?;
+    let shape = RouteShape {
+        rows,
+        experts: e,
+        topk: cfg.num_experts_per_tok,
+        route_scale: cfg.routed_scaling_factor,
+    };
+    let by: RouteBy<'_, CudaSlice<i32>, CudaSlice<f32>> = match &w.tid2eid {
+        Some(t) => RouteBy::Hash {
+            tid2eid: t,
+            tokens: &ws.tokens,
+        },
+        None => RouteBy::TopK {
+            bias: w.bias.as_ref(),
+        },
+    };
+    ctx.launch_moe_route(s, &shape, &ws.gate, by, &mut ws.ids, &mut ws.wts)?;
+    let gshape = expert_shape(cfg, rows, 0, 0, false);
+    ctx.launch_moe_group(s, &gshape, &ws.ids, &mut ws.group)?;
+    Ok(())
+}
+
+fn expert_shape(cfg: &ModelConfig, rows: usize, n: usize, k: usize, per_slot: bool) -> ExpertShape {
+    ExpertShape {
+        b: rows,
+        topk: cfg.num_experts_per_tok,
+        experts: cfg.n_routed_experts,
+        n,
+        k,
+        x_per_slot: per_slot,
+    }
+}
+
+/// Routed experts: w1, w3 -> SwiGLU (x routing weight, act-quant) -> w2, per slot into `ws.y_routed`.
+fn routed(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+    quant: bool,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+    let b = &w.bank;
+    let x = if quant { &ws.aq } else { &ws.a };
+    let up = expert_shape(cfg, rows, i, d, false);
+    ctx.launch_fp4_expert(
+        s,
+        &up,
+        x,
+        &b.w1,
+        &b.s1,
+        &ws.group,
+        GemvOut::f32(&mut ws.g, s),
+    )?;
+    ctx.launch_fp4_expert(
+        s,
+        &up,
+        x,
+        &b.w3,
+        &b.s3,
+        &ws.group,
+        GemvOut::f32(&mut ws.u, s),
+    )?;
+    let slots = rows * cfg.num_experts_per_tok;
+    let lim = cfg.swiglu_limit;
+    ctx.launch_moe_swiglu(
+        s,
+        slots,
+        i,
+        lim,
+        quant,
+        &ws.g,
+        &ws.u,
+        Some(&ws.wts),
+        &mut ws.h,
+    )?;
+    let down = expert_shape(cfg, rows, d, i, true);
+    let out = GemvOut::f32(&mut ws.y_routed, s);
+    ctx.launch_fp4_expert(s, &down, &ws.h, &b.w2, &b.s2, &ws.group, out)?;
+    Ok(())
+}
+
+fn shared(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+    quant: bool,
+) -> Result<(), RunnerError> {
+    let x = if quant { &ws.aq } else { &ws.a };
+    fp8(ctx, rows, &w.shared[0], x, &mut ws.sg, &mut ws.split)?;
+    fp8(ctx, rows, &w.shared[1], x, &mut ws.su, &mut ws.split)?;
+    let (i, lim) = (cfg.moe_intermediate_size, cfg.swiglu_limit);
+    let none: Option<&CudaSlice<f32>> = None;
+    ctx.launch_moe_swiglu(
+        &ctx.stream,
+        rows,
+        i,
+        lim,
+        quant,
+        &ws.sg,
+        &ws.su,
+        none,
+        &mut ws.sh,
+    )?;
+    fp8(
+        ctx,
+        rows,
+        &w.shared[2],
+        &ws.sh,
+        &mut ws.y_shared,
+        &mut ws.split,
+    )
+}
+
+/// The MoE of `rows` rows of `ws.a`: leaves routed outputs in `ws.y_routed` and the shared expert's in
+/// `ws.y_shared` (summed by the caller's HCPost).
+pub fn forward(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+    numerics: Numerics,
+    hook: Hook<'_>,
+) -> Result<(), RunnerError> {
+    route(ctx, cfg, w, ws, rows)?;
+    hook("moe.route")?;
+    let quant = numerics == Numerics::Official;
+    if quant {
+        ctx.launch_fake_quant_rows(&ctx.stream, rows, cfg.hidden_size, &ws.a, &mut ws.aq)?;
+    }
+    routed(ctx, cfg, w, ws, rows, quant)?;
+    hook("moe.routed")?;
+    shared(ctx, cfg, w, ws, rows, quant)?;
+    hook("moe.shared")
+}

@@ -1,0 +1,106 @@
+//! Every buffer a decode step touches, sized once from the config and the maximum rows: nothing is
+//! allocated per step, so a captured graph's pointers stay valid for every replay.
+
+use super::attention::{AttnScratch, StepMeta};
+use super::RunnerError;
+use crate::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use dsv4_kernels::{bf16, hc_workspace_len, moe_group_meta_len, GpuContext, HC_MIX, HC_STREAMS};
+
+pub struct Workspace {
+    pub max_rows: usize,
+    /// Per-step inputs, written by one host copy each before the step (graph replay reads them).
+    pub tokens: CudaSlice<i32>,
+    pub meta: StepMeta,
+    /// Residual streams bf16 [rows, n, D].
+    pub x: CudaSlice<bf16>,
+    /// HCPre partial sums.
+    pub hc_ws: CudaSlice<f32>,
+    /// post/comb f32 [rows, 24].
+    pub mix: CudaSlice<f32>,
+    /// Normalised sub-block input bf16 [rows, D].
+    pub a: CudaSlice<bf16>,
+    /// FP8-fake-quantised copy of `a` feeding the expert GEMVs (official numerics).
+    pub aq: CudaSlice<bf16>,
+    pub attn_out: CudaSlice<bf16>,
+    pub attn: AttnScratch,
+    /// Gate logits f32 [rows, E].
+    pub gate: CudaSlice<f32>,
+    /// Split-K partial sums of every GEMV (the largest need).
+    pub split: CudaSlice<f32>,
+    pub ids: CudaSlice<i32>,
+    pub wts: CudaSlice<f32>,
+    pub group: CudaSlice<i32>,
+    /// Routed w1/w3 outputs f32 [rows*topk, I], SwiGLU bf16 [rows*topk, I], w2 output f32 [rows*topk, D].
+    pub g: CudaSlice<f32>,
+    pub u: CudaSlice<f32>,
+    pub h: CudaSlice<bf16>,
+    pub y_routed: CudaSlice<f32>,
+    /// Shared expert: f32 [rows, I] x2, bf16 [rows, I], f32 [rows, D].
+    pub sg: CudaSlice<f32>,
+    pub su: CudaSlice<f32>,
+    pub sh: CudaSlice<bf16>,
+    pub y_shared: CudaSlice<f32>,
+    /// f32 [rows, vocab] and the greedy token of each row.
+    pub logits: CudaSlice<f32>,
+    pub next: CudaSlice<i32>,
+}
+
+fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+    ctx: &GpuContext,
+    len: usize,
+) -> Result<CudaSlice<T>, RunnerError> {
+    Ok(ctx.stream.alloc_zeros::<T>(len.max(1))?)
+}
+
+impl Workspace {
+    pub fn new(ctx: &GpuContext, cfg: &ModelConfig, max_rows: usize) -> Result<Self, RunnerError> {
+        let r = max_rows;
+        let (d, e, k, i) = (
+            cfg.hidden_size,
+            cfg.n_routed_experts,
+            cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size,
+        );
+        let slots = r * k;
+        let split = [
+            ctx.bf16_gemv_plan(r, e, d)?.workspace_len(),
+            ctx.fp8_gemv_plan(r, i, d)?.workspace_len(),
+            ctx.fp8_gemv_plan(r, d, i)?.workspace_len(),
+            ctx.bf16_gemv_plan(r, cfg.vocab_size, d)?.workspace_len(),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        Ok(Workspace {
+            max_rows,
+            tokens: zeros(ctx, r)?,
+            meta: StepMeta {
+                slots: zeros(ctx, r)?,
+                positions: zeros(ctx, r)?,
+            },
+            x: zeros(ctx, r * HC_STREAMS * d)?,
+            hc_ws: zeros(ctx, hc_workspace_len(r, d))?,
+            mix: zeros(ctx, r * HC_MIX)?,
+            a: zeros(ctx, r * d)?,
+            aq: zeros(ctx, r * d)?,
+            attn_out: zeros(ctx, r * d)?,
+            attn: AttnScratch::new(ctx, cfg, r)?,
+            gate: zeros(ctx, r * e)?,
+            split: zeros(ctx, split)?,
+            ids: zeros(ctx, slots)?,
+            wts: zeros(ctx, slots)?,
+            group: zeros(ctx, moe_group_meta_len(slots))?,
+            g: zeros(ctx, slots * i)?,
+            u: zeros(ctx, slots * i)?,
+            h: zeros(ctx, slots * i)?,
+            y_routed: zeros(ctx, slots * d)?,
+            sg: zeros(ctx, r * i)?,
+            su: zeros(ctx, r * i)?,
+            sh: zeros(ctx, r * i)?,
+            y_shared: zeros(ctx, r * d)?,
+            logits: zeros(ctx, r * cfg.vocab_size)?,
+            next: zeros(ctx, r)?,
+        })
+    }
+}

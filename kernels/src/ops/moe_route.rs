@@ -1,0 +1,167 @@
+//! MoE routing, SwiGLU and FP8 fake-quantisation launchers (see cuda/moe_route.cu).
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use half::bf16;
+
+use super::{grid, int, ptr, ptr_mut};
+use crate::context::GpuContext;
+use crate::error::{check, Result};
+
+const NAME: &str = "moe_route";
+
+/// How one MoE layer routes.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteShape {
+    pub rows: usize,
+    pub experts: usize,
+    pub topk: usize,
+    pub route_scale: f32,
+}
+
+/// Where the expert ids come from: hash layers read `tid2eid` i32 [vocab, topk] at the row's token; the
+/// others take the top-k of score + bias (f32 [E]).
+pub enum RouteBy<'a, T: DevicePtr<i32>, B: DevicePtr<f32>> {
+    Hash { tid2eid: &'a T, tokens: &'a T },
+    TopK { bias: Option<&'a B> },
+}
+
+impl GpuContext {
+    /// `logits` f32 [rows, E] -> `ids` i32 [rows*topk], `wts` f32 [rows*topk].
+    pub fn launch_moe_route<T: DevicePtr<i32>, B: DevicePtr<f32>>(
+        &self,
+        stream: &CudaStream,
+        s: &RouteShape,
+        logits: &impl DevicePtr<f32>,
+        by: RouteBy<'_, T, B>,
+        ids: &mut impl DevicePtrMut<i32>,
+        wts: &mut impl DevicePtrMut<f32>,
+    ) -> Result<()> {
+        let slots = s.rows * s.topk;
+        check(
+            NAME,
+            (1..=1024).contains(&s.experts) && (1..=16).contains(&s.topk),
+            || format!("E {} topk {}", s.experts, s.topk),
+        )?;
+        check(NAME, s.topk <= s.experts && s.rows > 0, || {
+            "topk > E".into()
+        })?;
+        check(NAME, logits.len() >= s.rows * s.experts, || {
+            "logits too short".into()
+        })?;
+        check(NAME, ids.len() >= slots && wts.len() >= slots, || {
+            "ids/wts too short".into()
+        })?;
+        let (bias, table, tokens) = match by {
+            RouteBy::Hash { tid2eid, tokens } => {
+                check(NAME, tokens.len() >= s.rows, || "tokens too short".into())?;
+                (0, ptr(tid2eid, stream), ptr(tokens, stream))
+            }
+            RouteBy::TopK { bias } => match bias {
+                Some(b) => {
+                    check(NAME, b.len() >= s.experts, || "bias too short".into())?;
+                    (ptr(b, stream), 0, 0)
+                }
+                None => (0, 0, 0),
+            },
+        };
+        let (ei, ki) = (int(NAME, "E", s.experts)?, int(NAME, "topk", s.topk)?);
+        let (lp, ip, wp) = (
+            ptr(logits, stream),
+            ptr_mut(ids, stream),
+            ptr_mut(wts, stream),
+        );
+        let cfg = LaunchConfig {
+            grid_dim: (grid(NAME, s.rows)?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = stream.launch_builder(&self.kernels.runner.moe_route);
+        l.arg(&lp).arg(&bias).arg(&table).arg(&tokens);
+        l.arg(&ei).arg(&ki).arg(&s.route_scale).arg(&ip).arg(&wp);
+        // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked above;
+        // tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// h = bf16(silu(min(g, L)) * clamp(u, -L, L) * wt), then FP8 fake quantisation when `quant`.
+    /// `g`, `u` f32 [slots, inter]; `wt` f32 [slots] (None: 1); `out` bf16 [slots, inter].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_moe_swiglu(
+        &self,
+        stream: &CudaStream,
+        slots: usize,
+        inter: usize,
+        limit: f32,
+        quant: bool,
+        g: &impl DevicePtr<f32>,
+        u: &impl DevicePtr<f32>,
+        wt: Option<&impl DevicePtr<f32>>,
+        out: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        let n = slots * inter;
+        check(
+            NAME,
+            n > 0 && g.len() >= n && u.len() >= n && out.len() >= n,
+            || "swiglu: buffers too short".into(),
+        )?;
+        let wp = match wt {
+            Some(w) if w.len() >= slots => ptr(w, stream),
+            Some(_) => return check(NAME, false, || "swiglu: weights too short".into()),
+            None => 0,
+        };
+        let blocks = slots * inter.div_ceil(128);
+        let (si, ii, qi) = (
+            int(NAME, "S", slots)?,
+            int(NAME, "I", inter)?,
+            i32::from(quant),
+        );
+        let (gp, up, op) = (ptr(g, stream), ptr(u, stream), ptr_mut(out, stream));
+        let cfg = LaunchConfig {
+            grid_dim: (grid(NAME, blocks.div_ceil(8))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = stream.launch_builder(&self.kernels.runner.moe_swiglu);
+        l.arg(&gp)
+            .arg(&up)
+            .arg(&wp)
+            .arg(&op)
+            .arg(&si)
+            .arg(&ii)
+            .arg(&limit)
+            .arg(&qi);
+        // SAFETY: moe_swiglu(g, u, wt, out, S, I, limit, quant); lengths checked above (wt may be null).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// FP8 fake quantisation (blocks of 128 along rows, shorter tail block) of `x` bf16 [rows, d] into
+    /// `out` (which may be the same memory).
+    pub fn launch_fake_quant_rows(
+        &self,
+        stream: &CudaStream,
+        rows: usize,
+        d: usize,
+        x: &impl DevicePtr<bf16>,
+        out: &mut impl DevicePtrMut<bf16>,
+    ) -> Result<()> {
+        check(
+            NAME,
+            rows * d > 0 && x.len() >= rows * d && out.len() >= rows * d,
+            || "fake_quant: buffers too short".into(),
+        )?;
+        let blocks = rows * d.div_ceil(128);
+        let (ri, di) = (int(NAME, "rows", rows)?, int(NAME, "D", d)?);
+        let (xp, op) = (ptr(x, stream), ptr_mut(out, stream));
+        let cfg = LaunchConfig {
+            grid_dim: (grid(NAME, blocks.div_ceil(8))?, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = stream.launch_builder(&self.kernels.runner.fake_quant_rows);
+        l.arg(&xp).arg(&op).arg(&ri).arg(&di);
+        // SAFETY: fake_quant_rows(x, out, rows, D); both hold rows*D (checked).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,51 @@
+//! The model runner's kernels (mhc.cu, moe_route.cu, bf16_gemv.cu, sample.cu, synth.cu), resolved once.
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule};
+
+use crate::error::{KernelError, Result};
+
+/// Runner kernels; a field of [`crate::Kernels`].
+#[derive(Debug, Clone)]
+pub struct RunnerKernels {
+    pub embed_streams: CudaFunction,
+    /// hc_mix_partial24 (block mixers), hc_mix_partial4 (HC head).
+    pub hc_mix_partial: [CudaFunction; 2],
+    /// hc_finish24, hc_finish4.
+    pub hc_finish: [CudaFunction; 2],
+    pub hc_post: CudaFunction,
+    pub moe_route: CudaFunction,
+    pub moe_swiglu: CudaFunction,
+    pub fake_quant_rows: CudaFunction,
+    /// bf16_gemv_nt{1,2,4,8}.
+    pub bf16_gemv: [CudaFunction; 4],
+    pub argmax_rows: CudaFunction,
+    pub synth_fill: CudaFunction,
+}
+
+impl RunnerKernels {
+    pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let get = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|source| KernelError::MissingKernel { name, source })
+        };
+        Ok(RunnerKernels {
+            embed_streams: get("embed_streams")?,
+            hc_mix_partial: [get("hc_mix_partial24")?, get("hc_mix_partial4")?],
+            hc_finish: [get("hc_finish24")?, get("hc_finish4")?],
+            hc_post: get("hc_post")?,
+            moe_route: get("moe_route")?,
+            moe_swiglu: get("moe_swiglu")?,
+            fake_quant_rows: get("fake_quant_rows")?,
+            bf16_gemv: [
+                get("bf16_gemv_nt1")?,
+                get("bf16_gemv_nt2")?,
+                get("bf16_gemv_nt4")?,
+                get("bf16_gemv_nt8")?,
+            ],
+            argmax_rows: get("argmax_rows")?,
+            synth_fill: get("synth_fill")?,
+        })
+    }
+}
