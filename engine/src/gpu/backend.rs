@@ -123,7 +123,10 @@ impl GpuBackend {
         let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
         let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);
         for t in 0..steps {
-            (toks.clear(), slots.clear(), poss.clear(), items.clear());
+            toks.clear();
+            slots.clear();
+            poss.clear();
+            items.clear();
             for (i, w) in work.iter().enumerate().filter(|(_, w)| t < w.tokens.len()) {
                 let seq = self
                     .seqs

@@ -6,6 +6,9 @@
 //! checkpoint fails to load with [`RunnerError::Unsupported`] and runs on the CPU backend instead.
 
 // Stand-in for the attention block until branch gpu-attn is merged (same API, produces zeros).
+/// True while `attention` is the zero-output stand-in (tests then compare against a CPU model
+/// without attention).
+pub const ATTENTION_STUB: bool = true;
 #[path = "attn_stub.rs"]
 pub mod attention;
 mod backend;
@@ -23,6 +26,7 @@ pub use backend::{GpuBackend, GpuOptions};
 pub use error::RunnerError;
 pub use graph::GraphSet;
 pub use model::{GpuModel, StepInput};
+pub use moe::Hook;
 pub use probe::{probe_gpu, GpuProbe};
-pub use weights::{BankPlan, ExpertBank, ModelWeightsDev};
+pub use weights::{block_dense_bytes, BankPlan, ExpertBank, ModelWeightsDev};
 pub use workspace::Workspace;

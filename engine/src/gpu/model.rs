@@ -97,7 +97,7 @@ impl GpuModel {
 
     /// Enqueues one step over `rows` rows of the uploaded inputs (capturable).
     pub fn step(&mut self, rows: usize) -> Result<(), RunnerError> {
-        self.step_with(rows, &mut |_| Ok(()))
+        self.step_with(rows, &mut |_, _| Ok(()))
     }
 
     /// [`Self::step`] calling `hook` after each op (per-op timing in `dsv4 bench --profile`).
@@ -111,10 +111,10 @@ impl GpuModel {
         let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
         let d = cfg.hidden_size;
         ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
-        hook("embed")?;
+        hook("embed", ws)?;
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
             hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, false)?;
-            hook("hc_pre.attn")?;
+            hook("hc_pre.attn", ws)?;
             attention::decode(
                 ctx,
                 &ctx.stream,
@@ -127,21 +127,21 @@ impl GpuModel {
                 &mut ws.attn_out,
                 self.numerics,
             )?;
-            hook("attention")?;
+            hook("attention", ws)?;
             ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
-            hook("hc_post.attn")?;
+            hook("hc_post.attn", ws)?;
             hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, false)?;
-            hook("hc_pre.ffn")?;
+            hook("hc_pre.ffn", ws)?;
             moe::forward(ctx, cfg, &blk.moe, ws, rows, self.numerics, hook)?;
             let k = cfg.num_experts_per_tok;
             let (yr, ys) = (&ws.y_routed, &ws.y_shared);
             ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
-            hook("hc_post.ffn")?;
+            hook("hc_post.ffn", ws)?;
         }
         hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, true)?;
-        hook("hc_head")?;
+        hook("hc_head", ws)?;
         head(ctx, cfg, &w.head, ws, rows)?;
-        hook("head")
+        hook("head", ws)
     }
 
     /// The greedy tokens of the last step's rows (one device-to-host copy: the step's one sync).

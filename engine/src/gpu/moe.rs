@@ -9,8 +9,9 @@ use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{bf16, ExpertShape, GemvOut, GpuContext, RouteBy, RouteShape};
 
-/// Called after each op with its name (the profiler records an event there; normally a no-op).
-pub type Hook<'a> = &'a mut dyn FnMut(&'static str) -> Result<(), RunnerError>;
+/// Called after each op with its name and the workspace (the profiler records an event there, the
+/// bench reads the routed expert ids; normally a no-op).
+pub type Hook<'a> = &'a mut dyn FnMut(&'static str, &Workspace) -> Result<(), RunnerError>;
 
 fn fp8(
     ctx: &GpuContext,
@@ -176,13 +177,13 @@ pub fn forward(
     hook: Hook<'_>,
 ) -> Result<(), RunnerError> {
     route(ctx, cfg, w, ws, rows)?;
-    hook("moe.route")?;
+    hook("moe.route", ws)?;
     let quant = numerics == Numerics::Official;
     if quant {
         ctx.launch_fake_quant_rows(&ctx.stream, rows, cfg.hidden_size, &ws.a, &mut ws.aq)?;
     }
     routed(ctx, cfg, w, ws, rows, quant)?;
-    hook("moe.routed")?;
+    hook("moe.routed", ws)?;
     shared(ctx, cfg, w, ws, rows, quant)?;
-    hook("moe.shared")
+    hook("moe.shared", ws)
 }

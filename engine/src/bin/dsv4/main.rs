@@ -1,5 +1,6 @@
 //! `dsv4`: the command-line tool of dsv4-chat (logits, generate, chat, encode, bench).
 
+mod bench;
 mod chat;
 mod logits;
 mod npy;
@@ -93,6 +94,8 @@ impl RunArgs {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Decode throughput of a full-size synthetic DeepSeek-V4-Flash on GPU 0 (random weights).
+    Bench(bench::BenchArgs),
     /// Generate one reply to a prompt, streamed as it is produced.
     Generate {
         #[arg(long)]
@@ -135,6 +138,7 @@ fn main() -> anyhow::Result<()> {
             out,
             numerics,
         } => logits::run(&model, &tokens, &out, numerics.into()),
+        Command::Bench(args) => bench::run(&args),
         Command::Generate { prompt, run } => chat::generate(&run.options(), &prompt),
         Command::Chat { run } => chat::chat(&run.options()),
         Command::Encode { cases } => {

@@ -1,0 +1,203 @@
+//! `dsv4 bench`: a full-dimension DeepSeek-V4-Flash with random weights generated on one GPU, decode
+//! timed with CUDA events at several batch sizes and context lengths, eager and graph replay, against
+//! the bytes each step must read and the device's copy bandwidth.
+
+mod measure;
+mod plan;
+
+use dsv4_engine::api::Numerics;
+use dsv4_engine::gpu::{
+    block_dense_bytes, probe_gpu, BankPlan, ExpertBank, GpuModel, GpuProbe, GraphSet,
+    ModelWeightsDev,
+};
+use dsv4_kernels::GpuContext;
+use measure::Inputs;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Decode batch sizes (rows per step, <= 64).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+    batches: Vec<usize>,
+    /// Live context lengths (tokens already in each sequence's caches).
+    #[arg(long, value_delimiter = ',', default_value = "4096,65536")]
+    contexts: Vec<usize>,
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Per-op time breakdown of one eager step (events around each op).
+    #[arg(long)]
+    profile: bool,
+    /// Also write the results as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Routed-expert banks (default: as many as fit; layers share the rest).
+    #[arg(long)]
+    banks: Option<usize>,
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    context: usize,
+    batch: usize,
+    graph: bool,
+    ms_per_step: f64,
+    tok_per_s: f64,
+    distinct_experts: usize,
+    weight_gb: f64,
+    cache_gb: f64,
+    gb_per_s: f64,
+    pct_of_copy: f64,
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    gpu: String,
+    copy_gb_per_s: f64,
+    expert_banks: usize,
+    layers_sharing_a_bank: usize,
+    weights_gb: f64,
+    rows: Vec<Row>,
+    profile: Vec<(String, f64)>,
+}
+
+pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    let info = match probe_gpu() {
+        GpuProbe::Available(i) => i,
+        p @ GpuProbe::Unavailable(_) => anyhow::bail!("dsv4 bench needs a GPU: {}", p.describe()),
+    };
+    let cfg = plan::flash_config()?;
+    let ctx = GpuContext::new(0)?;
+    let copy = measure::copy_bandwidth(&ctx.stream)?;
+    let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
+    let max_ctx =
+        args.contexts.iter().copied().max().unwrap_or(4096) + args.warmup + args.steps + 8;
+    let mem = plan::memory_plan(&ctx, &cfg, max_b + 1, max_ctx)?;
+    let banks = args.banks.unwrap_or(mem.banks);
+    let bank_plan = BankPlan::shared(cfg.num_hidden_layers, banks);
+    println!(
+        "{}: {:.1} GiB free, {:.1} GiB for the rest; expert bank {:.2} GiB; {} banks for {} layers ({} layers share a bank)",
+        info.name,
+        mem.free as f64 / GIB,
+        mem.other as f64 / GIB,
+        mem.bank_bytes as f64 / GIB,
+        bank_plan.banks,
+        cfg.num_hidden_layers,
+        bank_plan.sharings()
+    );
+    let weights = ModelWeightsDev::synthetic(&ctx, &cfg, bank_plan.clone(), 42)?;
+    let weights_gb = weights.bytes(&cfg) as f64 / 1e9;
+    let mut model = GpuModel::new(ctx, cfg, weights, Numerics::Official, max_b, max_b, max_ctx)?;
+    let graphs = GraphSet::capture(&mut model, &args.batches)?;
+    let mut rows = Vec::new();
+    for &c in &args.contexts {
+        for &b in args.batches.iter().filter(|&&b| (1..=64).contains(&b)) {
+            rows.extend(bench_point(&mut model, &graphs, args, c, b, copy)?);
+        }
+    }
+    let profile = if args.profile {
+        let inp = Inputs::new(1, args.contexts[0], model.cfg.vocab_size);
+        measure::profile(&mut model, &inp, 3)?
+    } else {
+        Vec::new()
+    };
+    let report = Report {
+        gpu: info.name,
+        copy_gb_per_s: copy,
+        expert_banks: bank_plan.banks,
+        layers_sharing_a_bank: bank_plan.sharings(),
+        weights_gb,
+        rows,
+        profile,
+    };
+    print_report(&report);
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Eager and graph timings of one (context, batch) point.
+fn bench_point(
+    model: &mut GpuModel,
+    graphs: &GraphSet,
+    args: &BenchArgs,
+    context: usize,
+    batch: usize,
+    copy: f64,
+) -> anyhow::Result<Vec<Row>> {
+    let inp = Inputs::new(batch, context, model.cfg.vocab_size);
+    let experts = measure::distinct_experts(model, &inp)?;
+    let cfg = &model.cfg;
+    let w = &model.weights;
+    let dense: usize = w
+        .blocks
+        .iter()
+        .map(|b| b.attn.weight_bytes() + block_dense_bytes(b))
+        .sum();
+    let fixed =
+        dense + w.head.num_bytes() + w.hc_head.func.num_bytes() + batch * cfg.hidden_size * 2;
+    let weight = fixed + experts * ExpertBank::expert_bytes(cfg);
+    let cache = batch * plan::cache_bytes_per_row(cfg, context);
+    let mut out = Vec::new();
+    for graph in [false, true] {
+        let none = GraphSet::empty();
+        let g = if graph { graphs } else { &none };
+        let ms = measure::time_steps(model, g, &inp, args.warmup, args.steps)?;
+        let gbs = (weight + cache) as f64 / (ms * 1e-3) / 1e9;
+        out.push(Row {
+            context,
+            batch,
+            graph,
+            ms_per_step: ms,
+            tok_per_s: batch as f64 / (ms * 1e-3),
+            distinct_experts: experts,
+            weight_gb: weight as f64 / 1e9,
+            cache_gb: cache as f64 / 1e9,
+            gb_per_s: gbs,
+            pct_of_copy: 100.0 * gbs / copy,
+        });
+    }
+    Ok(out)
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "\n{} | copy {:.0} GB/s | weights {:.1} GB | {} expert banks ({} layers share) | official numerics",
+        r.gpu, r.copy_gb_per_s, r.weights_gb, r.expert_banks, r.layers_sharing_a_bank
+    );
+    println!("| context | batch | graph | ms/step | tok/s | experts | weights GB | cache GB | GB/s | of copy |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for x in &r.rows {
+        println!(
+            "| {} | {} | {} | {:.3} | {:.1} | {} | {:.2} | {:.3} | {:.0} | {:.1}% |",
+            x.context,
+            x.batch,
+            if x.graph { "on" } else { "off" },
+            x.ms_per_step,
+            x.tok_per_s,
+            x.distinct_experts,
+            x.weight_gb,
+            x.cache_gb,
+            x.gb_per_s,
+            x.pct_of_copy
+        );
+    }
+    if let Some(b1) = r.rows.iter().find(|x| x.batch == 1 && x.graph) {
+        println!(
+            "prefill via the decode path (no batched prefill yet): 1K-token prompt TTFT ~ {:.2} s ({:.0} tok/s)",
+            1024.0 * b1.ms_per_step * 1e-3,
+            1e3 / b1.ms_per_step
+        );
+    }
+    if !r.profile.is_empty() {
+        println!("\nper-op time of one eager step (batch 1), summed over layers:");
+        let total: f64 = r.profile.iter().map(|p| p.1).sum();
+        for (name, ms) in &r.profile {
+            println!("  {name:<14} {ms:8.3} ms  {:5.1}%", 100.0 * ms / total);
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! The GPU model against the CPU reference on tiny FP8/FP4 checkpoints, teacher-forced over a prefill
+//! plus 40 decode steps; graph replay against eager; a batch of 3 against each sequence alone.
+//! SKIPs (passes with a message) without a CUDA GPU. `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
+
+mod gpu_model_util;
+
+use dsv4_engine::api::Numerics;
+use dsv4_engine::backend::{Backend, SeqId, Work};
+use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuProbe};
+use gpu_model_util::*;
+
+fn gpu_or_skip() -> bool {
+    match probe_gpu() {
+        GpuProbe::Available(_) => true,
+        GpuProbe::Unavailable(why) => {
+            eprintln!("SKIP: {why}");
+            false
+        }
+    }
+}
+
+fn golden_case() -> Option<Case> {
+    let dir = data_dir()?.join("tiny-v4-small");
+    Some(Case::golden(&dir))
+}
+
+fn check_case(case: &Case, numerics: Numerics, min_agree: f64, min_cos: f64) {
+    let gpu = run_gpu(case, numerics, true);
+    let cpu = run_cpu(case, numerics);
+    let (agree, median, min) = compare(&gpu, &cpu);
+    eprintln!(
+        "{} {numerics:?}: {} rows, argmax agreement {agree:.3}, median cosine {median:.6}, min {min:.6}",
+        case.name,
+        gpu.len()
+    );
+    assert!(agree >= min_agree, "argmax agreement {agree} < {min_agree}");
+    assert!(median >= min_cos, "median cosine {median} < {min_cos}");
+}
+
+#[test]
+fn golden_quant_matches_cpu_reference() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let Some(case) = golden_case() else {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return;
+    };
+    check_case(&case, Numerics::Reference, 0.95, 0.999);
+    check_case(&case, Numerics::Official, 0.75, 0.999);
+}
+
+#[test]
+fn synthetic_quant_matches_cpu_reference() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let case = Case::synthetic(tmp.path(), 150, 40);
+    check_case(&case, Numerics::Reference, 0.95, 0.999);
+    check_case(&case, Numerics::Official, 0.75, 0.999);
+}
+
+#[test]
+fn graph_replay_equals_eager() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let Some(case) = golden_case() else {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return;
+    };
+    let short = case.truncated(60, 20);
+    let eager = run_gpu(&short, Numerics::Official, false);
+    let graph = run_gpu(&short, Numerics::Official, true);
+    assert_eq!(eager.len(), graph.len());
+    for (i, (e, g)) in eager.iter().zip(&graph).enumerate() {
+        assert!(
+            bits_equal(e, g),
+            "row {i}: graph replay differs from eager (max |d| {})",
+            max_diff(e, g)
+        );
+    }
+}
+
+fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    let work: Vec<Work<'_>> = seqs
+        .iter()
+        .zip(prompts)
+        .map(|(&seq, p)| Work { seq, tokens: p })
+        .collect();
+    b.forward(&work).expect("forward")
+}
+
+#[test]
+fn batch_of_three_equals_each_alone() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let Some(case) = golden_case() else {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return;
+    };
+    let ids = &case.prompt;
+    let prompts: Vec<Vec<u32>> = vec![
+        ids[..50].to_vec(),
+        ids[50..83].to_vec(),
+        ids[100..171].to_vec(),
+    ];
+    let mut batched = gpu_backend(&case, Numerics::Official, true);
+    let seqs: Vec<SeqId> = (0..3).map(|_| batched.create_seq().expect("seq")).collect();
+    let together = feed_all(&mut batched, &seqs, &prompts);
+    let step: Vec<Vec<u32>> = together.iter().map(|l| vec![argmax(l) as u32]).collect();
+    let together2 = feed_all(&mut batched, &seqs, &step);
+    for i in 0..3 {
+        let mut alone = gpu_backend(&case, Numerics::Official, true);
+        let s = alone.create_seq().expect("seq");
+        let a1 = feed_all(&mut alone, &[s], &prompts[i..i + 1]);
+        let a2 = feed_all(&mut alone, &[s], &step[i..i + 1]);
+        for (x, y) in [(&a1[0], &together[i]), (&a2[0], &together2[i])] {
+            assert!(
+                bits_equal(x, y),
+                "sequence {i}: batch differs from alone (max |d| {})",
+                max_diff(x, y)
+            );
+        }
+    }
+}

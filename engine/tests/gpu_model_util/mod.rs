@@ -1,0 +1,193 @@
+//! Shared helpers of the GPU model tests: cases (golden or synthetic checkpoint + teacher-forced
+//! tokens), running them on the GPU backend and on the CPU reference, and row comparisons.
+#![allow(dead_code)]
+
+use dsv4_engine::api::Numerics;
+use dsv4_engine::backend::{Backend, CpuBackend, Work};
+use dsv4_engine::gpu::{GpuBackend, GpuOptions, ATTENTION_STUB};
+use dsv4_engine::model::checkpoint::Checkpoint;
+use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
+use dsv4_engine::reference::mhc::{hc_post, hc_pre};
+use dsv4_engine::reference::ops::rmsnorm_rows;
+use dsv4_engine::reference::{moe, Model};
+use std::path::{Path, PathBuf};
+
+pub fn data_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("DSV4_TEST_DATA") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data"),
+    };
+    dir.exists().then_some(dir)
+}
+
+/// A checkpoint and the tokens to feed: `prompt` as one prefill, then `fed` one at a time.
+#[derive(Clone)]
+pub struct Case {
+    pub name: String,
+    pub dir: PathBuf,
+    pub prompt: Vec<u32>,
+    pub fed: Vec<u32>,
+}
+
+impl Case {
+    pub fn golden(set: &Path) -> Case {
+        let text =
+            std::fs::read_to_string(set.join("golden/quant/tokens.json")).expect("tokens.json");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let ids = |k: &str| -> Vec<u32> {
+            v[k].as_array()
+                .expect(k)
+                .iter()
+                .map(|x| x.as_u64().expect("id") as u32)
+                .collect()
+        };
+        Case {
+            name: "golden quant".into(),
+            dir: set.join("quant"),
+            prompt: ids("prompt_ids"),
+            fed: ids("decode_fed_ids"),
+        }
+    }
+
+    /// A synthetic FP8/FP4 checkpoint of other dimensions (hidden 256, 5 layers) in `dir`.
+    pub fn synthetic(dir: &Path, prompt: usize, decode: usize) -> Case {
+        let mut spec = SynthSpec::tiny_default().with_quantized(true);
+        spec.seed = 7;
+        write_checkpoint(dir, &spec).expect("synthetic checkpoint");
+        let mut rng = SplitMix64::new(11);
+        let mut ids = |n: usize| {
+            (0..n)
+                .map(|_| rng.below(spec.vocab_size as u64) as u32)
+                .collect()
+        };
+        Case {
+            name: "synthetic quant".into(),
+            dir: dir.to_path_buf(),
+            prompt: ids(prompt),
+            fed: ids(decode),
+        }
+    }
+
+    pub fn truncated(&self, prompt: usize, decode: usize) -> Case {
+        Case {
+            name: format!("{} (short)", self.name),
+            dir: self.dir.clone(),
+            prompt: self.prompt[..prompt].to_vec(),
+            fed: self.fed[..decode].to_vec(),
+        }
+    }
+}
+
+pub fn gpu_backend(case: &Case, numerics: Numerics, graphs: bool) -> GpuBackend {
+    let opts = GpuOptions {
+        numerics,
+        max_seqs: 4,
+        max_context: 2048,
+        cuda_graphs: graphs,
+        graph_buckets: vec![1, 2, 4],
+    };
+    GpuBackend::load(&case.dir, &opts).expect("GPU backend")
+}
+
+/// Logits rows: after the prompt, then after each fed token.
+fn teacher_forced(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
+    let seq = b.create_seq().expect("seq");
+    let mut rows = b
+        .forward(&[Work {
+            seq,
+            tokens: &case.prompt,
+        }])
+        .expect("prefill");
+    for t in &case.fed {
+        rows.extend(
+            b.forward(&[Work {
+                seq,
+                tokens: std::slice::from_ref(t),
+            }])
+            .expect("decode"),
+        );
+    }
+    rows
+}
+
+pub fn run_gpu(case: &Case, numerics: Numerics, graphs: bool) -> Vec<Vec<f32>> {
+    teacher_forced(&mut gpu_backend(case, numerics, graphs), case)
+}
+
+pub fn run_cpu(case: &Case, numerics: Numerics) -> Vec<Vec<f32>> {
+    let ck = Checkpoint::open(&case.dir).expect("checkpoint");
+    let model = Model::from_checkpoint(&ck, numerics).expect("model");
+    if ATTENTION_STUB {
+        return cpu_without_attention(&model, case);
+    }
+    teacher_forced(&mut CpuBackend::new(model, 4096), case)
+}
+
+/// The CPU reference with every attention output zero (matches the GPU runner's attention stand-in).
+fn cpu_without_attention(model: &Model, case: &Case) -> Vec<Vec<f32>> {
+    let cfg = &model.cfg;
+    let (d, n) = (cfg.hidden_size, cfg.hc_mult);
+    let tokens: Vec<u32> = case.prompt.iter().chain(&case.fed).copied().collect();
+    let mut x: Vec<f32> = Vec::with_capacity(tokens.len() * n * d);
+    for &t in &tokens {
+        let row = &model.weights.embed[t as usize * d..(t as usize + 1) * d];
+        (0..n).for_each(|_| x.extend_from_slice(row));
+    }
+    let (eps, hc_eps, it) = (cfg.rms_norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
+    for w in &model.weights.blocks {
+        let (_, mix) = hc_pre(&w.hc_attn, &x, n, d, eps, hc_eps, it);
+        hc_post(&vec![0.0; tokens.len() * d], &mut x, &mix, n, d);
+        let (mut m, mix) = hc_pre(&w.hc_ffn, &x, n, d, eps, hc_eps, it);
+        rmsnorm_rows(&mut m, &w.ffn_norm, eps);
+        let (f, _) = moe::forward(cfg, &w.moe, &m, &tokens, model.numerics);
+        hc_post(&f, &mut x, &mix, n, d);
+    }
+    let first = case.prompt.len() - 1;
+    let logits = model.head_logits(&x[first * n * d..]);
+    logits.chunks(cfg.vocab_size).map(<[f32]>::to_vec).collect()
+}
+
+pub fn argmax(v: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    ab / (aa.sqrt() * bb.sqrt()).max(1e-30)
+}
+
+/// (argmax agreement, median row cosine, min row cosine).
+pub fn compare(gpu: &[Vec<f32>], cpu: &[Vec<f32>]) -> (f64, f64, f64) {
+    assert_eq!(gpu.len(), cpu.len(), "row counts differ");
+    let agree = gpu
+        .iter()
+        .zip(cpu)
+        .filter(|(g, c)| argmax(g) == argmax(c))
+        .count();
+    let mut cos: Vec<f64> = gpu.iter().zip(cpu).map(|(g, c)| cosine(g, c)).collect();
+    cos.sort_by(f64::total_cmp);
+    (agree as f64 / gpu.len() as f64, cos[cos.len() / 2], cos[0])
+}
+
+pub fn bits_equal(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
