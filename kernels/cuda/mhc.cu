@@ -9,23 +9,27 @@
 //          HCPost: X'_k = bf16(post_k f + sum_i comb[i,k] X_i) (comb applied transposed).
 // Layout:  X bf16 [rows, 4, D]; fn f32 [M, 4D]; base f32 [M]; scale f32 [3] (head: [1]); mix f32 [rows, 24]
 //          = post[4] then comb[16] row-major (i, k); partial sums ws f32 [chunks, rows, M+1] (M dots + sum x^2).
-// Launch:  hc_mix_partial{24,4}: grid (ceil(4D/256), ceil(rows/8)), block 256. The block stages a 256-column
-//          slice of fn in shared memory (24 KB) once and each warp dots it with one row (lane: columns
-//          4l..4l+3 and 128+4l..+3, so float4 shared reads are conflict-free); many blocks share the 1.5 MB
-//          fn read, which a one-block-per-row kernel would do at a single SM's bandwidth.
-//          hc_finish{24,4}: grid rows, block 256: sums the partials in chunk order (deterministic), runs the
-//          4x4 Sinkhorn in one thread (it is 20 x 32 flops), collapses, then norms in the same block.
+// Launch:  hc_mix_partial{24,4}: grid ceil(4D/128), block 256. Each warp keeps the block's 128-column slice
+//          of fn in registers (lane: 4 columns x M float4 loads) and dots it with rows warp, warp+8, ...; 128
+//          blocks share the 1.5 MB fn read (fn is read once per step whatever the batch).
+//          hc_finish{24,4}: grid rows, block 256: warps sum the partials (fixed order: deterministic), one
+//          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics,
+//          ffn mixer) the FP8 fake-quantised copy for the expert GEMVs, from f32, in the same block.
 //          hc_post: grid (rows, ceil(D/256)), block 256; in place (each thread reads its 4 stream values
 //          before writing them). Mode 1 forms f = bf16(sum_k y_routed[k] + y_shared) from the MoE's f32
 //          partial outputs, fusing the MoE sum into the residual update.
 //          embed_streams: grid rows, block 256, 16-byte copies.
-// Variants: a single fused pre kernel (one block per row) was rejected on paper: at batch 1 it reads fn
-//          at one SM's bandwidth (~15 us per mixer at D = 4096).
+// Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
+//          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
+//          Sinkhorn in one thread: 52 us. v2 (this): fn in registers, warp-parallel partial sums and Sinkhorn.
+//          A single fused kernel (one block per row) was rejected on paper: at batch 1 it reads fn at one
+//          SM's bandwidth (~15 us per mixer).
+// Depends on f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit; it sorts first).
 // Constraints: n = 4 (checked on the host), D % 8 == 0.
 #include "common.cuh"
 
 #define MHC_N 4
-#define MHC_CHUNK 256
+#define MHC_CHUNK 128
 #define MHC_MIX 24
 
 extern "C" __global__ void __launch_bounds__(256) embed_streams(const i32* __restrict__ ids,
@@ -52,42 +56,32 @@ __device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
     f[3] = bf16_to_f32((u16)(v.y >> 16));
 }
 
+// Partial mixer dots of one 128-column chunk: every warp holds the chunk's fn slice in registers (lane:
+// 4 columns x M rows, float4 loads) and walks rows warp, warp+8, ...; fn is read once per block.
 template <int M>
 __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
                                                      float* __restrict__ ws, int rows, int nd) {
-    __shared__ __align__(16) float fs[M * MHC_CHUNK];
-    const int c0 = blockIdx.x * MHC_CHUNK;
-    for (int i = threadIdx.x; i < M * MHC_CHUNK; i += blockDim.x) {
-        const int m = i / MHC_CHUNK, c = c0 + i % MHC_CHUNK;
-        fs[i] = c < nd ? fn[(u64)m * nd + c] : 0.f;
-    }
-    __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int row = blockIdx.y * 8 + warp;
-    if (row >= rows) return;
-    float acc[M + 1];
+    const int c = blockIdx.x * MHC_CHUNK + lane * 4;
+    const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
+    float4 f[M];
 #pragma unroll
-    for (int m = 0; m <= M; ++m) acc[m] = 0.f;
+    for (int m = 0; m < M; ++m)
+        f[m] = valid ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int row = warp; row < rows; row += 8) {
+        float xv[4] = {0.f, 0.f, 0.f, 0.f};
+        if (valid) mhc_load4(X + (u64)row * nd + c, xv);
+        float acc[M + 1];
+        acc[M] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int lc = h * 128 + lane * 4;
-        if (c0 + lc >= nd) continue;  // nd % 8 == 0 and nd % 4 == 0: a 4-group is all in or all out
-        float xv[4];
-        mhc_load4(X + (u64)row * nd + c0 + lc, xv);
+        for (int m = 0; m < M; ++m) acc[m] = f[m].x * xv[0] + f[m].y * xv[1] + f[m].z * xv[2] + f[m].w * xv[3];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[M] += xv[q] * xv[q];
+        for (int m = 0; m <= M; ++m) acc[m] = warp_sum(acc[m]);
+        if (lane == 0) {
+            float* out = ws + ((u64)blockIdx.x * rows + row) * (M + 1);
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-            const float4 f = *(const float4*)&fs[m * MHC_CHUNK + lc];
-            acc[m] += f.x * xv[0] + f.y * xv[1] + f.z * xv[2] + f.w * xv[3];
+            for (int m = 0; m <= M; ++m) out[m] = acc[m];
         }
-    }
-#pragma unroll
-    for (int m = 0; m <= M; ++m) acc[m] = warp_sum(acc[m]);
-    if (lane == 0) {
-        float* out = ws + ((u64)blockIdx.x * rows + row) * (M + 1);
-#pragma unroll
-        for (int m = 0; m <= M; ++m) out[m] = acc[m];
     }
 }
 
@@ -102,31 +96,26 @@ extern "C" __global__ void __launch_bounds__(256) hc_mix_partial4(const u16* X, 
 
 __device__ __forceinline__ float mhc_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
-// Sinkhorn of the 4x4 logits in place (spec 2.3), same operation order as the CPU reference.
-__device__ void mhc_sinkhorn(float* p, float eps, int iters) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float mx = p[i * 4];
-        for (int k = 1; k < 4; ++k) mx = fmaxf(mx, p[i * 4 + k]);
-        float e[4], sum = 0.f;
-        for (int k = 0; k < 4; ++k) {
-            e[k] = expf(p[i * 4 + k] - mx);
-            sum += e[k];
-        }
-        for (int k = 0; k < 4; ++k) p[i * 4 + k] = e[k] / sum + eps;
-    }
+// Sinkhorn of a 4x4 matrix held one element per lane (lanes 0..15: i = lane / 4, k = lane % 4; lanes 16..31
+// run the same code on zeros). Same operations as the CPU reference; sums are pairwise (shuffles).
+__device__ float mhc_sinkhorn_lane(float p, float eps, int iters) {
+    float mx = fmaxf(p, __shfl_xor_sync(0xffffffffu, p, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float e = expf(p - mx);
+    float sum = e + __shfl_xor_sync(0xffffffffu, e, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    p = e / sum + eps;
     for (int it = 0; it < iters; ++it) {
         if (it > 0) {
-            for (int i = 0; i < 4; ++i) {
-                const float s = p[i * 4] + p[i * 4 + 1] + p[i * 4 + 2] + p[i * 4 + 3] + eps;
-                for (int k = 0; k < 4; ++k) p[i * 4 + k] /= s;
-            }
+            float r = p + __shfl_xor_sync(0xffffffffu, p, 1);
+            r += __shfl_xor_sync(0xffffffffu, r, 2);
+            p = p / (r + eps);
         }
-        for (int k = 0; k < 4; ++k) {
-            const float s = p[k] + p[4 + k] + p[8 + k] + p[12 + k] + eps;
-            for (int i = 0; i < 4; ++i) p[i * 4 + k] /= s;
-        }
+        float col = p + __shfl_xor_sync(0xffffffffu, p, 4);
+        col += __shfl_xor_sync(0xffffffffu, col, 8);
+        p = p / (col + eps);
     }
+    return p;
 }
 
 __device__ __forceinline__ float mhc_block_sum(float v, float* sh) {
@@ -141,28 +130,45 @@ __device__ __forceinline__ float mhc_block_sum(float v, float* sh) {
     return r;
 }
 
+// FP8 fake quantisation (spec 5 act_quant, f32 in) of the 4 values a lane holds of one 128-block; invalid
+// values are 0. Also used by moe_route.cu.
+__device__ __forceinline__ void fq_block(float* v) {
+    float amax = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[q]));
+    amax = fmaxf(warp_max(amax), 1e-4f);
+    const u32 rb = __float_as_uint(amax / 448.0f);
+    const u32 se = ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
+    const float s = __uint_as_float(se << 23);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float c = fminf(fmaxf(v[q] / s, -448.f), 448.f);
+        v[q] = e4m3_to_f32(f32_to_e4m3(c)) * s;
+    }
+}
+
 // Mixer coefficients of one row from the partials: pre (shared), post and comb (to `mix`, M == 24 only).
 template <int M>
 __device__ void mhc_coefficients(const float* ws, int chunks, int rows, int row, int nd, const float* scale,
                                  const float* base, float eps, float hc_eps, int iters, float* mix,
                                  float* sred, float* pre) {
-    if (threadIdx.x <= M) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int m = warp; m <= M; m += 8) {
         float s = 0.f;
-        for (int ch = 0; ch < chunks; ++ch) s += ws[((u64)ch * rows + row) * (M + 1) + threadIdx.x];
-        sred[threadIdx.x] = s;
+        for (int ch = lane; ch < chunks; ch += 32) s += ws[((u64)ch * rows + row) * (M + 1) + m];
+        s = warp_sum(s);
+        if (lane == 0) sred[m] = s;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (warp == 0) {
         const float rho = 1.f / sqrtf(sred[M] / (float)nd + eps);
-        for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * scale[0] + base[j]) + hc_eps;
+        if (lane < MHC_N) pre[lane] = mhc_sigmoid(sred[lane] * rho * scale[0] + base[lane]) + hc_eps;
         if (M == MHC_MIX) {
             float* mo = mix + (u64)row * MHC_MIX;
-            for (int j = 0; j < MHC_N; ++j)
-                mo[j] = 2.f * mhc_sigmoid(sred[4 + j] * rho * scale[1] + base[4 + j]);
-            float p[16];
-            for (int ik = 0; ik < 16; ++ik) p[ik] = sred[8 + ik] * rho * scale[2] + base[8 + ik];
-            mhc_sinkhorn(p, hc_eps, iters);
-            for (int ik = 0; ik < 16; ++ik) mo[4 + ik] = p[ik];
+            if (lane < MHC_N) mo[lane] = 2.f * mhc_sigmoid(sred[4 + lane] * rho * scale[1] + base[4 + lane]);
+            const float l = lane < 16 ? sred[8 + (lane & 15)] * rho * scale[2] + base[8 + (lane & 15)] : 0.f;
+            const float p = mhc_sinkhorn_lane(l, hc_eps, iters);
+            if (lane < 16) mo[4 + lane] = p;
         }
     }
     __syncthreads();
@@ -171,7 +177,8 @@ __device__ void mhc_coefficients(const float* ws, int chunks, int rows, int row,
 template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
-                                float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y) {
+                                float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
+                                u16* __restrict__ yq) {
     __shared__ float sred[M + 1];
     __shared__ float pre[MHC_N];
     __shared__ float sh[8];
@@ -187,23 +194,42 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
         const u16 ab = f32_to_bf16(a);
         const float af = bf16_to_f32(ab);
         ss += af * af;
-        yr[c] = ab;  // the collapsed input, normalised in place below by the same thread
+        yr[c] = ab;  // the collapsed input, normalised in place below
     }
-    const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);
+    const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish yr
+    if (yq) {
+        // FP8 fake-quantised copy for the expert GEMVs, from the f32 normalised values (no bf16 step).
+        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        for (int b0 = warp * 128; b0 < D; b0 += 8 * 128) {
+            float v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = b0 + q * 32 + lane;
+                v[q] = c < D ? norm_w[c] * (bf16_to_f32(yr[c]) * inv) : 0.f;
+            }
+            fq_block(v);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = b0 + q * 32 + lane;
+                if (c < D) yq[(u64)row * D + c] = f32_to_bf16(v[q]);
+            }
+        }
+        __syncthreads();  // every warp has read yr before it is overwritten
+    }
     for (int c = threadIdx.x; c < D; c += blockDim.x) yr[c] = f32_to_bf16(norm_w[c] * (bf16_to_f32(yr[c]) * inv));
 }
 
 extern "C" __global__ void __launch_bounds__(256) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
-                                                              int iters, float* mix, u16* y) {
-    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y);
+                                                              int iters, float* mix, u16* y, u16* yq) {
+    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
 extern "C" __global__ void __launch_bounds__(256) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
-                                                             int iters, float* mix, u16* y) {
-    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y);
+                                                             int iters, float* mix, u16* y, u16* yq) {
+    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
 
 // HCPost in place on X. mode 0: f = f_bf16[row]; mode 1: f = bf16(sum_k ys[row*topk+k] + ysh[row]).

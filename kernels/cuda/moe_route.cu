@@ -4,110 +4,73 @@
 //          expert ids from tid2eid[token] (i32 [vocab, topk]); others take the top-k of s_e + bias_e
 //          (descending, ties to the lower id, like the CPU reference); weights = s_idx / sum s_idx * scale.
 //          Outputs ids i32 [rows*topk] (feeds moe_group) and weights f32 [rows*topk].
-//          Launch: grid rows, block 256; top-k by k block-wide argmax rounds (k = 6: 6 short reductions).
-// moe_swiglu: h = silu(min(g, L)) * clamp(u, -L, L) * wt (L = swiglu_limit, no clamp when L <= 0), rounded
-//          to bf16, then (quant != 0, official numerics) the FP8 act-quant fake quantisation in blocks of 128
+//          Launch: grid rows, block 32 (one warp); top-k by k warp argmax rounds.
+// moe_swiglu: h = silu(min(g, L)) * clamp(u, -L, L) * wt (L = swiglu_limit, no clamp when L <= 0); either
+//          rounded to bf16, or (quant != 0, official numerics) FP8 act-quant fake-quantised from f32 in blocks of 128
 //          along the row (a shorter last block when I % 128 != 0, as the CPU reference does). g, u f32 [S, I]
 //          (w1 / w3 outputs), wt f32 [S] or null (shared expert: 1), out bf16 [S, I].
 //          Launch: grid ceil(S * ceil(I/128) / 8), block 256: one warp per 128-block, 4 values per lane.
 // fake_quant_rows: the same FP8 fake quantisation of a bf16 [rows, D] tensor (any D, tail block shorter),
 //          out may alias x. Needed because act_quant_bf16 requires D % 128 == 0 (tiny models have D = 32).
-// Depends on f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit; it sorts first).
+// Depends on fq_block from mhc.cu and f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit;
+// both sort first).
 #include "common.cuh"
 
-#define ROUTE_THREADS 256
 #define QBLOCK 128
 
 __device__ __forceinline__ float route_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// Block argmax of (v, i): larger v wins, ties go to the smaller i. Every thread gets the result.
-__device__ void route_argmax(float v, int i, float* sv, int* si, float& bv, int& bi) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-        if (ov > v || (ov == v && oi < i)) {
-            v = ov;
-            i = oi;
-        }
-    }
-    __syncthreads();
-    if (lane == 0) {
-        sv[warp] = v;
-        si[warp] = i;
-    }
-    __syncthreads();
-    bv = sv[0];
-    bi = si[0];
-    for (int w = 1; w < ROUTE_THREADS / 32; ++w)
-        if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) {
-            bv = sv[w];
-            bi = si[w];
-        }
-}
-
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS) moe_route(
+// One warp per row: scores in shared memory, each top-k round a lane-local scan plus a 5-step butterfly
+// (v1 used a 256-thread block with two barriers per round: ~19 us per layer for gate + route + group).
+extern "C" __global__ void __launch_bounds__(32) moe_route(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
     float* __restrict__ wts) {
     __shared__ float score[1024];
     __shared__ float biased[1024];
-    __shared__ float sv[ROUTE_THREADS / 32];
-    __shared__ int si[ROUTE_THREADS / 32];
     __shared__ int chosen[16];
-    const int row = blockIdx.x;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const int row = blockIdx.x, lane = threadIdx.x;
+    for (int e = lane; e < E; e += 32) {
         const float s = sqrtf(route_softplus(logits[(u64)row * E + e]));
         score[e] = s;
         biased[e] = bias ? s + bias[e] : s;
     }
-    __syncthreads();
+    __syncwarp();
     if (tid2eid) {
-        if (threadIdx.x < topk) chosen[threadIdx.x] = tid2eid[(u64)tokens[row] * topk + threadIdx.x];
+        if (lane < topk) chosen[lane] = tid2eid[(u64)tokens[row] * topk + lane];
     } else {
         for (int k = 0; k < topk; ++k) {
             float v = -INFINITY;
             int i = 0x7fffffff;
-            for (int e = threadIdx.x; e < E; e += blockDim.x)
+            for (int e = lane; e < E; e += 32)
                 if (biased[e] > v || (biased[e] == v && e < i)) {
                     v = biased[e];
                     i = e;
                 }
-            float bv;
-            int bi;
-            route_argmax(v, i, sv, si, bv, bi);
-            if (threadIdx.x == 0) {
-                chosen[k] = bi;
-                biased[bi] = -INFINITY;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+                if (ov > v || (ov == v && oi < i)) {
+                    v = ov;
+                    i = oi;
+                }
             }
-            __syncthreads();
+            if (lane == 0) {
+                chosen[k] = i;
+                biased[i] = -INFINITY;
+            }
+            __syncwarp();
         }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    __syncwarp();
+    if (lane == 0) {
         float sum = 0.f;
         for (int k = 0; k < topk; ++k) sum += score[chosen[k]];
         for (int k = 0; k < topk; ++k) {
             ids[(u64)row * topk + k] = chosen[k];
             wts[(u64)row * topk + k] = score[chosen[k]] / sum * route_scale;
         }
-    }
-}
-
-// FP8 fake quantisation of the 4 values a lane holds of one block (invalid ones are 0 and not stored).
-__device__ __forceinline__ void fq_block(float* v) {
-    float amax = 0.f;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[q]));
-    amax = fmaxf(warp_max(amax), 1e-4f);
-    const u32 rb = __float_as_uint(amax / 448.0f);
-    const u32 se = ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
-    const float s = __uint_as_float(se << 23);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        const float c = fminf(fmaxf(v[q] / s, -448.f), 448.f);
-        v[q] = e4m3_to_f32(f32_to_e4m3(c)) * s;
     }
 }
 
@@ -133,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
             uu = fminf(fmaxf(uu, -limit), limit);
         }
         const float h = gg / (1.f + expf(-gg)) * uu * w;
-        v[q] = bf16_to_f32(f32_to_bf16(h));
+        v[q] = quant ? h : bf16_to_f32(f32_to_bf16(h));  // quantise from f32 (as the f32 references do)
     }
     if (quant) fq_block(v);
 #pragma unroll

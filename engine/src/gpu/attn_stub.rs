@@ -6,7 +6,6 @@ use crate::model::checkpoint::{Checkpoint, CheckpointError};
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use dsv4_kernels::{bf16, GpuContext, KernelError};
-use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -42,7 +41,7 @@ impl AttnLayer {
             hidden: cfg.hidden_size,
         })
     }
-    pub fn weight_bytes(&self) -> usize {
+    pub fn weight_bytes(&self) -> u64 {
         0
     }
 }
@@ -61,7 +60,7 @@ impl AttnState {
     ) -> Result<AttnState, GpuError> {
         Ok(AttnState)
     }
-    pub fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> u64 {
         0
     }
     pub fn reset_slot(&mut self, _stream: &CudaStream, _slot: usize) -> Result<(), GpuError> {
@@ -99,8 +98,8 @@ impl AttnScratch {
 
 #[allow(clippy::too_many_arguments)]
 pub fn decode(
-    _ctx: &GpuContext,
-    stream: &Arc<CudaStream>,
+    ctx: &GpuContext,
+    _stream: &CudaStream,
     layer: &AttnLayer,
     _state: &mut AttnState,
     _meta: &StepMeta,
@@ -111,6 +110,6 @@ pub fn decode(
     _numerics: Numerics,
 ) -> Result<(), GpuError> {
     let mut view = out.slice_mut(..rows * layer.hidden);
-    stream.memset_zeros(&mut view)?;
+    ctx.stream.memset_zeros(&mut view)?;
     Ok(())
 }

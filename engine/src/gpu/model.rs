@@ -113,7 +113,15 @@ impl GpuModel {
         ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
         hook("embed", ws)?;
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, false)?;
+            hc_pre(
+                ctx,
+                cfg,
+                ws,
+                rows,
+                &blk.hc_attn,
+                &blk.attn_norm,
+                Mixer::Attn,
+            )?;
             hook("hc_pre.attn", ws)?;
             attention::decode(
                 ctx,
@@ -130,7 +138,10 @@ impl GpuModel {
             hook("attention", ws)?;
             ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
             hook("hc_post.attn", ws)?;
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, false)?;
+            let ffn = Mixer::Ffn {
+                quant: self.numerics == Numerics::Official,
+            };
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn)?;
             hook("hc_pre.ffn", ws)?;
             moe::forward(ctx, cfg, &blk.moe, ws, rows, self.numerics, hook)?;
             let k = cfg.num_experts_per_tok;
@@ -138,7 +149,7 @@ impl GpuModel {
             ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
             hook("hc_post.ffn", ws)?;
         }
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, true)?;
+        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
         hook("hc_head", ws)?;
         head(ctx, cfg, &w.head, ws, rows)?;
         hook("head", ws)
@@ -165,6 +176,17 @@ impl GpuModel {
     }
 }
 
+/// Which collapse an HCPre is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mixer {
+    Attn,
+    /// `quant`: also write the FP8-fake-quantised copy `ws.aq` for the expert GEMVs.
+    Ffn {
+        quant: bool,
+    },
+    Head,
+}
+
 /// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
 fn hc_pre(
     ctx: &GpuContext,
@@ -173,7 +195,7 @@ fn hc_pre(
     rows: usize,
     hc: &HcDev,
     norm: &CudaSlice<f32>,
-    head: bool,
+    mixer: Mixer,
 ) -> Result<(), RunnerError> {
     let p = HcPre {
         rows,
@@ -181,21 +203,12 @@ fn hc_pre(
         norm_eps: cfg.rms_norm_eps,
         hc_eps: cfg.hc_eps,
         sinkhorn_iters: cfg.hc_sinkhorn_iters,
-        head,
+        head: mixer == Mixer::Head,
     };
-    let (x, a) = (&ws.x, &mut ws.a);
-    ctx.launch_hc_pre(
-        &ctx.stream,
-        &p,
-        x,
-        &hc.func,
-        &hc.base,
-        &hc.scale,
-        norm,
-        &mut ws.hc_ws,
-        &mut ws.mix,
-        a,
-    )?;
+    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(&mut ws.aq);
+    let (x, a, mix) = (&ws.x, &mut ws.a, &mut ws.mix);
+    let (f, b, s) = (&hc.func, &hc.base, &hc.scale);
+    ctx.launch_hc_pre(&ctx.stream, &p, x, f, b, s, norm, &mut ws.hc_ws, mix, a, yq)?;
     Ok(())
 }
 

@@ -178,10 +178,8 @@ pub fn forward(
 ) -> Result<(), RunnerError> {
     route(ctx, cfg, w, ws, rows)?;
     hook("moe.route", ws)?;
+    // Official numerics: ws.aq (the FP8 fake-quantised input) was written by the ffn HCPre.
     let quant = numerics == Numerics::Official;
-    if quant {
-        ctx.launch_fake_quant_rows(&ctx.stream, rows, cfg.hidden_size, &ws.a, &mut ws.aq)?;
-    }
     routed(ctx, cfg, w, ws, rows, quant)?;
     hook("moe.routed", ws)?;
     shared(ctx, cfg, w, ws, rows, quant)?;

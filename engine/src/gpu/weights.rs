@@ -120,7 +120,7 @@ impl ModelWeightsDev {
         let blocks: usize = self
             .blocks
             .iter()
-            .map(|b| b.attn.weight_bytes() + block_dense_bytes(b))
+            .map(|b| b.attn.weight_bytes() as usize + block_dense_bytes(b))
             .sum();
         blocks + self.banks.banks * ExpertBank::bytes_for(cfg) + 2 * self.embed.num_bytes()
     }

@@ -20,7 +20,8 @@ pub struct Workspace {
     pub mix: CudaSlice<f32>,
     /// Normalised sub-block input bf16 [rows, D].
     pub a: CudaSlice<bf16>,
-    /// FP8-fake-quantised copy of `a` feeding the expert GEMVs (official numerics).
+    /// FP8-fake-quantised copy of the ffn input feeding the expert GEMVs (official numerics), written by
+    /// the ffn HCPre from f32.
     pub aq: CudaSlice<bf16>,
     pub attn_out: CudaSlice<bf16>,
     pub attn: AttnScratch,

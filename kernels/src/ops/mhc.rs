@@ -1,6 +1,6 @@
 //! mHC launchers (see cuda/mhc.cu): embedding into streams, HCPre/HCHead fused with the following RMSNorm,
 //! HCPost (optionally fused with the MoE output sum).
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
@@ -13,7 +13,7 @@ pub const HC_STREAMS: usize = 4;
 /// Mixer outputs of a block mixer: (2 + n) * n.
 pub const HC_MIX: usize = 24;
 /// Columns of the flat stream vector per partial-sum block (cuda MHC_CHUNK).
-const CHUNK: usize = 256;
+const CHUNK: usize = 128;
 
 /// One HCPre (block mixer, `head == false`) or HCHead (`head == true`) plus RMSNorm.
 #[derive(Debug, Clone, Copy)]
@@ -84,7 +84,8 @@ impl GpuContext {
 
     /// HCPre (or HCHead) then RMSNorm: `x` bf16 [rows, 4, D]; `func` f32 [M, 4D]; `base` f32 [M];
     /// `scale` f32 [3] ([1] for the head); `norm_w` f32 [D]; `ws` f32 [`hc_workspace_len`]; `mix` f32
-    /// [rows, 24] (post, comb: written by block mixers only); `y` bf16 [rows, D] normalised output.
+    /// [rows, 24] (post, comb: written by block mixers only); `y` bf16 [rows, D] normalised output; `yq`
+    /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128) computed from f32.
     #[allow(clippy::too_many_arguments)]
     pub fn launch_hc_pre(
         &self,
@@ -98,6 +99,7 @@ impl GpuContext {
         ws: &mut impl DevicePtrMut<f32>,
         mix: &mut impl DevicePtrMut<f32>,
         y: &mut impl DevicePtrMut<bf16>,
+        yq: Option<&mut CudaSlice<bf16>>,
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
         let di = check_d(d)?;
@@ -123,7 +125,7 @@ impl GpuContext {
         let which = usize::from(p.head);
         let (xp, fp, wsp) = (ptr(x, stream), ptr(func, stream), ptr_mut(ws, stream));
         let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, p.chunks())?, grid(NAME, rows.div_ceil(8))?, 1),
+            grid_dim: (grid(NAME, p.chunks())?, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -133,6 +135,7 @@ impl GpuContext {
         unsafe { l.launch(cfg) }?;
         let (sp, bp, np) = (ptr(scale, stream), ptr(base, stream), ptr(norm_w, stream));
         let (mp, yp) = (ptr_mut(mix, stream), ptr_mut(y, stream));
+        let qp = yq.map_or(0, |q| ptr_mut(q, stream));
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, rows)?, 1, 1),
             block_dim: (256, 1, 1),
@@ -151,9 +154,10 @@ impl GpuContext {
             .arg(&p.hc_eps)
             .arg(&iters)
             .arg(&mp)
-            .arg(&yp);
-        // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y); every
-        // buffer was checked above.
+            .arg(&yp)
+            .arg(&qp);
+        // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
+        // every buffer was checked above (yq null: no quantised copy).
         unsafe { l.launch(cfg) }?;
         Ok(())
     }

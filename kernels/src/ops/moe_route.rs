@@ -71,7 +71,7 @@ impl GpuContext {
         );
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, s.rows)?, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = stream.launch_builder(&self.kernels.runner.moe_route);

@@ -59,7 +59,8 @@ struct Report {
     layers_sharing_a_bank: usize,
     weights_gb: f64,
     rows: Vec<Row>,
-    profile: Vec<(String, f64)>,
+    /// (batch, per-op ms) of eager steps.
+    profile: Vec<(usize, Vec<(String, f64)>)>,
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -96,12 +97,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             rows.extend(bench_point(&mut model, &graphs, args, c, b, copy)?);
         }
     }
-    let profile = if args.profile {
-        let inp = Inputs::new(1, args.contexts[0], model.cfg.vocab_size);
-        measure::profile(&mut model, &inp, 3)?
-    } else {
-        Vec::new()
-    };
+    let mut profile = Vec::new();
+    if args.profile {
+        for b in [1, max_b] {
+            let inp = Inputs::new(b, args.contexts[0], model.cfg.vocab_size);
+            profile.push((b, measure::profile(&mut model, &inp, 3)?));
+        }
+    }
     let report = Report {
         gpu: info.name,
         copy_gb_per_s: copy,
@@ -136,7 +138,7 @@ fn bench_point(
     let dense: usize = w
         .blocks
         .iter()
-        .map(|b| b.attn.weight_bytes() + block_dense_bytes(b))
+        .map(|b| b.attn.weight_bytes() as usize + block_dense_bytes(b))
         .sum();
     let fixed =
         dense + w.head.num_bytes() + w.hc_head.func.num_bytes() + batch * cfg.hidden_size * 2;
@@ -193,10 +195,10 @@ fn print_report(r: &Report) {
             1e3 / b1.ms_per_step
         );
     }
-    if !r.profile.is_empty() {
-        println!("\nper-op time of one eager step (batch 1), summed over layers:");
-        let total: f64 = r.profile.iter().map(|p| p.1).sum();
-        for (name, ms) in &r.profile {
+    for (b, ops) in &r.profile {
+        println!("\nper-op time of one eager step (batch {b}), summed over layers:");
+        let total: f64 = ops.iter().map(|p| p.1).sum();
+        for (name, ms) in ops {
             println!("  {name:<14} {ms:8.3} ms  {:5.1}%", 100.0 * ms / total);
         }
     }

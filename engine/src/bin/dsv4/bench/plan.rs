@@ -41,8 +41,8 @@ pub fn memory_plan(
             _ => 3,
         };
         if l == probe {
-            let w = AttnLayer::synthetic(ctx, cfg, l, 1)?.weight_bytes();
-            let s = AttnState::new(ctx, cfg, l, slots, context)?.bytes();
+            let w = AttnLayer::synthetic(ctx, cfg, l, 1)?.weight_bytes() as usize;
+            let s = AttnState::new(ctx, cfg, l, slots, context)?.bytes() as usize;
             let same = (0..layers)
                 .filter(|&m| kind(cfg, m) == kind(cfg, l))
                 .count();
