@@ -5,4 +5,5 @@
 pub mod api;
 pub mod backend;
 pub mod model;
+pub mod parallel;
 pub mod reference;
