@@ -158,10 +158,8 @@ fn tensor_plan(cfg: &ModelConfig, ranks: usize) -> Result<SplitPlan, PlanError> 
             }
         })
         .collect();
-    let split_groups = ranks.iter().any(|r| r.groups.iter().any(|g| !g.owner))
-        || ranks
-            .iter()
-            .any(|r| r.groups.iter().any(|g| g.heads.len() < per_group));
+    // A group split over ranks always has a rank that touches it without owning it.
+    let split_groups = ranks.iter().any(|r| r.groups.iter().any(|g| !g.owner));
     let quantized = matches!(cfg.linear_format, LinearFormat::Fp8 { .. });
     let unaligned = quantized && !cfg.o_lora_rank.is_multiple_of(ACT_QUANT_BLOCK);
     Ok(SplitPlan {
