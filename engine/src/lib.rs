@@ -7,6 +7,7 @@ pub mod backend;
 pub mod chat;
 pub mod handle;
 pub mod model;
+pub mod parallel;
 pub mod reference;
 pub mod runtime;
 pub mod sampler;
