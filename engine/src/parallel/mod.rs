@@ -65,12 +65,10 @@
 //! [`load::Staging`] that is committed only when every read succeeded; on error the staging
 //! is dropped (a GPU staging frees its device buffers in `Drop`).
 //!
-//! # Workarounds for private reference functions
-//! The simulation reuses `reference::attention::forward` and `reference::moe::forward`
-//! unchanged: attention gets a rank-local config and identity `wo_a`/`wo_b` so it returns the
-//! heads' outputs; the MoE gets zero experts of width one for the experts a rank does not
-//! hold. Making `attention::output_projection` (or a `forward_heads` that stops before it) and
-//! `moe::expert_forward` public would remove both tricks.
+//! # Reuse of the reference
+//! The simulation reuses the reference: `attention::forward_heads` (a rank-local config with
+//! the rank's heads, stopping before the output projection, which is split here by group) and
+//! `moe::forward` with zero experts of width one in place of the experts a rank does not hold.
 
 pub mod collective;
 pub mod fit;

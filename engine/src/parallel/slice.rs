@@ -1,10 +1,9 @@
 //! A rank's tensor-parallel share of a block, cut out of the full dequantised weights.
 //!
-//! The reference attention is reused unchanged by giving it a rank-local config (the rank's
-//! heads, one "group") and identity `wo_a`/`wo_b`, so it returns the rank's per-head outputs;
-//! the grouped output projection is then done here, split by group. The MoE is reused
-//! unchanged by replacing the experts the rank does not hold with zero experts of width one.
-//! Both are workarounds for private reference functions (see the module docs).
+//! The reference attention runs on a rank-local config (the rank's heads) through
+//! `attention::forward_heads`, which stops before the output projection; the grouped output
+//! projection is done here, split by group. The MoE is reused unchanged by replacing the
+//! experts the rank does not hold with zero experts of width one (they add exactly `+0.0`).
 
 use super::plan::{GroupShare, RankPlan};
 use crate::model::ModelConfig;
@@ -39,13 +38,12 @@ pub fn columns(l: &Linear, cols: Range<usize>) -> Linear {
     }
 }
 
-fn identity(n: usize) -> Linear {
-    let mut w = vec![0.0f32; n * n];
-    (0..n).for_each(|i| w[i * n + i] = 1.0);
+/// A `0 x 0` map standing in for the output projection, which `forward_heads` never uses.
+fn unused_projection() -> Linear {
     Linear {
-        w,
-        out: n,
-        inp: n,
+        w: Vec::new(),
+        out: 0,
+        inp: 0,
         act_quant: false,
     }
 }
@@ -100,8 +98,8 @@ fn attention(cfg: &ModelConfig, a: &AttentionWeights, heads: &Range<usize>) -> A
         wq_b: a.wq_b.rows(heads.start * d, width),
         wkv: a.wkv.clone(),
         kv_norm: a.kv_norm.clone(),
-        wo_a: vec![identity(width)],
-        wo_b: identity(width),
+        wo_a: Vec::new(),
+        wo_b: unused_projection(),
         sink: a.sink[heads.clone()].to_vec(),
         compressor: a.compressor.clone(),
         indexer: a.indexer.clone(),

@@ -79,7 +79,7 @@ fn attention_all_ranks<C: Collective<Buf = [f32]>>(
             numerics: m.numerics,
         };
         let mut states = layer_states(batch, r, layer);
-        let heads = attention::forward(&ctx, &rank.blocks[layer].attn, a, segs, &mut states);
+        let heads = attention::forward_heads(&ctx, &rank.blocks[layer].attn, a, segs, &mut states);
         latents.push(latent(m, &rank.out[layer], &heads, rows, exchange));
     }
     if exchange {
