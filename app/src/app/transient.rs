@@ -101,6 +101,8 @@ pub struct ActiveTurn {
     pub started: Instant,
     /// The latest `Progress` numbers.
     pub live: Option<TurnStats>,
+    /// When the partial reply was last queued for saving (so a crash keeps most of it).
+    pub last_partial_save: Instant,
 }
 
 #[derive(Debug)]
