@@ -71,6 +71,10 @@ impl ChatApp {
                 stats,
             } => self.finish_turn(turn, reason, &stats),
             Event::TurnFailed { turn, message } => self.fail_turn(turn, message),
+            Event::Devices { gpus, note } => {
+                self.engine.detected_gpus = gpus;
+                self.engine.gpu_note = note;
+            }
             Event::SettingsApplied { needs_reload } => {
                 if needs_reload && self.engine.pending_reload.is_empty() {
                     self.engine.pending_reload.push("engine settings");

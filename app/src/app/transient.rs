@@ -113,6 +113,9 @@ pub struct EngineView {
     pub next_turn: TurnId,
     /// Changed settings that wait for the next model load.
     pub pending_reload: Vec<&'static str>,
+    /// GPUs the engine found at start, and why there are none when empty.
+    pub detected_gpus: Vec<dsv4_engine::api::GpuStatus>,
+    pub gpu_note: Option<String>,
 }
 
 impl Default for EngineView {
@@ -123,6 +126,8 @@ impl Default for EngineView {
             active: None,
             next_turn: 1,
             pending_reload: Vec::new(),
+            detected_gpus: Vec::new(),
+            gpu_note: None,
         }
     }
 }
