@@ -184,8 +184,10 @@ fn report_caches(ctx: &GpuContext, cfg: &ModelConfig, g: &Gpu1<'_>, cpu: &LayerS
     println!("    caches of slot 0 vs CPU: {msg}");
 }
 
-/// Runs layer `layer` on both sides; returns every row's relative L2 error.
-fn run_layer(ctx: &GpuContext, fx: &Fixture, layer: usize, nm: Numerics) -> Vec<f32> {
+/// Runs layer `layer` on both sides; returns every row's relative L2 error against the CPU in the same
+/// numerics, and (Official only) the CPU's own Official-vs-Reference difference as the scale of a numerics
+/// mistake.
+fn run_layer(ctx: &GpuContext, fx: &Fixture, layer: usize, nm: Numerics) -> (Vec<f32>, Vec<f32>) {
     let cfg = &fx.model.cfg;
     let d = cfg.hidden_size;
     let x = &fx.inputs[layer.min(cfg.num_hidden_layers - 1)];
@@ -196,7 +198,14 @@ fn run_layer(ctx: &GpuContext, fx: &Fixture, layer: usize, nm: Numerics) -> Vec<
         rope: &rope,
         numerics: nm,
     };
+    let base_ctx = BlockCtx {
+        cfg,
+        rope: &rope,
+        numerics: Numerics::Reference,
+    };
     let mut cpu: Vec<LayerState> = SEQS.iter().map(|_| LayerState::new(cfg, w)).collect();
+    let mut base: Vec<LayerState> = cpu.clone();
+    let mut base_errs = Vec::new();
     let mut g = Gpu1::new(ctx, &fx.ck, layer);
     let mut errs = Vec::new();
     for step in 0..STEPS {
@@ -220,6 +229,21 @@ fn run_layer(ctx: &GpuContext, fx: &Fixture, layer: usize, nm: Numerics) -> Vec<
             .map(|(_, s)| s)
             .collect();
         let want = forward(&bctx, &w.attn, &a, &segs, &mut refs);
+        if nm == Numerics::Official {
+            let mut refs: Vec<&mut LayerState> = base
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| act.iter().any(|(q, _)| q == i))
+                .map(|(_, s)| s)
+                .collect();
+            let other = forward(&base_ctx, &w.attn, &a, &segs, &mut refs);
+            base_errs.extend(
+                other
+                    .chunks(d)
+                    .zip(want.chunks(d))
+                    .map(|(a, b)| rel_err(a, b)),
+            );
+        }
         let slots: Vec<i32> = act.iter().map(|&(q, _)| SEQS[q].0 as i32).collect();
         let pos: Vec<i32> = act.iter().map(|&(_, p)| p as i32).collect();
         let got = g.step(&slots, &pos, &a, nm);
@@ -230,7 +254,7 @@ fn run_layer(ctx: &GpuContext, fx: &Fixture, layer: usize, nm: Numerics) -> Vec<
         );
     }
     report_caches(ctx, cfg, &g, &cpu[0]);
-    errs
+    (errs, base_errs)
 }
 
 fn summary(errs: &[f32], tol: f32) -> (f32, f32, f32) {
@@ -247,17 +271,23 @@ fn decode_matches_cpu_reference() {
     let mut failures = Vec::new();
     for nm in [Numerics::Reference, Numerics::Official] {
         // Reference: bf16-level agreement; Official: quantisation flips allowed on a few rows.
-        let (tol, need) = if nm == Numerics::Reference {
-            (1e-2, 0.98)
-        } else {
-            (5e-2, 0.90)
-        };
+        // Reference: bf16-level agreement on 98% of rows (indexer top-k near-ties may flip a few).
+        // Official: quantisation flips grow in this tiny model (golden README, "Noise floor"), so require
+        // the median error to stay well below the CPU's own Official-vs-Reference difference.
         for layer in 0..fx.model.cfg.num_blocks() {
             let kind = fx.model.cfg.attention_kind(layer);
-            let errs = run_layer(&ctx, &fx, layer, nm);
-            let (med, max, frac) = summary(&errs, tol);
-            println!("{nm:?} layer {layer} {kind:?}: {} rows, rel L2 median {med:.2e} max {max:.2e}, {:.1}% < {tol:.0e}", errs.len(), 100.0 * frac);
-            if frac < need || !max.is_finite() {
+            let (errs, base) = run_layer(&ctx, &fx, layer, nm);
+            let (med, max, frac) = summary(&errs, 1e-2);
+            print!("{nm:?} layer {layer} {kind:?}: {} rows, rel L2 median {med:.2e} max {max:.2e}, {:.1}% < 1e-2", errs.len(), 100.0 * frac);
+            let ok = if nm == Numerics::Reference {
+                frac >= 0.98
+            } else {
+                let (bmed, _, _) = summary(&base, 1e-2);
+                println!("; CPU official vs reference median {bmed:.2e}");
+                med < 0.5 * bmed && med < 5e-2
+            };
+            println!();
+            if !ok || !max.is_finite() {
                 failures.push(format!("{nm:?} layer {layer}"));
             }
         }

@@ -1,10 +1,17 @@
 //! Full-size GPU attention decode timing on synthetic device-generated weights (DeepSeek-V4-Flash dims:
 //! hidden 4096, 64 heads x 512, rope 64, q_lora 1024, o_groups 8 x 1024, window 128, indexer 64 x 128,
 //! top-k 512). Caches are zero (only the amount of work matters); every row sits at the same position.
-//! Prints microseconds per step (stream-synchronised loop, no CUDA graph). Skips without a GPU.
+//! Prints microseconds per step, launched one by one and replayed as a captured CUDA graph (which also
+//! checks capturability). Skips without a GPU.
+//!
+//! H200, first version (Official numerics, graph replay, us/step): SWA 203 (B1) / 170 (B8) / 369 (B64);
+//! CSA 283 (B1, pos 4095) / 319 (B1, pos 65534) / 344 (B8) / 1191 (B64); HCA 229 / 218 / 233 / 694.
+//! About 5x off the weight-bandwidth floor at B1: dominated by the 8 separate wo_a GEMVs (+ split-K reduces)
+//! and single-block glue kernels, see the report of the gpu-attn branch.
 use dsv4_engine::api::Numerics;
 use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, StepMeta};
 use dsv4_engine::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::sys;
 use dsv4_kernels::{bf16, Gpu, GpuContext};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -88,9 +95,25 @@ fn full_size_decode_timing() {
                 }
                 s.synchronize().expect("sync");
                 let us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+                // The same step captured as a CUDA graph (also proves it is capturable).
+                s.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                    .expect("capture");
+                run();
+                let graph = s
+                    .end_capture(sys::CUgraphInstantiate_flags(0))
+                    .expect("end capture")
+                    .expect("graph");
+                graph.launch().expect("replay");
+                s.synchronize().expect("sync");
+                let t = Instant::now();
+                for _ in 0..iters {
+                    graph.launch().expect("replay");
+                }
+                s.synchronize().expect("sync");
+                let gus = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
                 let o = s.clone_dtoh(&out).expect("dtoh");
                 let finite = o[..rows * 4096].iter().all(|v| v.to_f32().is_finite());
-                println!("  rows {rows:2} pos {pos:6} {nm:?}: {us:8.1} us/step (finite: {finite})");
+                println!("  rows {rows:2} pos {pos:6} {nm:?}: {us:8.1} us/step launched, {gus:8.1} us/step as a graph (finite: {finite})");
                 assert!(finite);
             }
         }

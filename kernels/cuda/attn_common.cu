@@ -72,11 +72,6 @@ __device__ __forceinline__ float attn_block_sum(float v, float* red) {
     return red[32];
 }
 
-// Rounds every value of v[0, n) to bf16 (the official tensors between ops are bf16).
-__device__ __forceinline__ void attn_round_bf16_smem(float* v, int n) {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = bf16_to_f32(f32_to_bf16(v[i]));
-}
-
 // RMS normalisation of v[0, n) in place: v * (mean(v^2) + eps)^-1/2 (* w when w != null).
 __device__ __forceinline__ void attn_rms_smem(float* v, int n, const float* w, float eps, float* red) {
     float ss = 0.f;

@@ -5,7 +5,8 @@
 //   completes its window ((pos + 1) % m == 0, decided here from the device position) the entry w = pos / m is
 //   pooled per channel with a softmax over the window rows (overlap: rows 0..m-1 = previous window with
 //   channels [0, dc), rows m..2m-1 = current window with channels [dc, 2dc); an empty previous window has
-//   gamma = -inf), rounded to bf16, RMS-normed with `norm_w`, roped at position w*m, quantised (Q8 nope for
+//   gamma = -inf), RMS-normed (in f32 like the CPU reference; the official bf16 cast before the norm is
+//   skipped, see attn_prep.cu) with `norm_w`, roped at position w*m, quantised (Q8 nope for
 //   the attention cache, Hadamard + Q4 for indexer keys, or none) and stored bf16 at cache[slot, w]. With
 //   overlap the current rows then become the previous ones. All pooling math is f32.
 // Layout: proj f32 [rows, proj_stride]; ape f32 [m, width]; state_kv / state_sc f32 [slots, srows, width],
@@ -61,8 +62,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompress p) 
         }
         v[c] = num / den;
     }
-    __syncthreads();
-    attn_round_bf16_smem(v, p.dc);
     __syncthreads();
     attn_rms_smem(v, p.dc, p.norm_w, p.eps, red);
     const int w = pos / m;
