@@ -5,6 +5,7 @@
 pub mod api;
 pub mod backend;
 pub mod chat;
+pub mod gpu;
 pub mod handle;
 pub mod model;
 pub mod parallel;

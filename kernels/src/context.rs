@@ -17,6 +17,8 @@ pub struct Kernels {
     pub moe_group: CudaFunction,
     pub rmsnorm: CudaFunction,
     pub act_quant: CudaFunction,
+    // attention kernels
+    pub attn: crate::ops::attn_params::AttnKernels,
 }
 
 impl Kernels {
@@ -43,6 +45,8 @@ impl Kernels {
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,
             act_quant: get("act_quant_bf16")?,
+            // attention kernels
+            attn: crate::ops::attn_params::AttnKernels::resolve(module)?,
         })
     }
 }

@@ -18,6 +18,8 @@ pub use error::{KernelError, Result};
 pub use module::{ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape};
 pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
+// attention kernels
+pub use ops::attn_params as attn;
 pub use probe::{Gpu, GpuInfo};
 
 /// Re-exported so callers use the same cudarc types as the launchers.

@@ -2,6 +2,9 @@
 //! stream. Device buffers are passed as anything cudarc can give a device pointer for (CudaSlice, CudaView,
 //! CudaViewMut), so callers can hand in slices of larger buffers.
 pub mod act_quant;
+// attention kernels
+pub mod attn_launch;
+pub mod attn_params;
 pub mod fp4_expert;
 pub mod fp8_gemv;
 pub mod rmsnorm;
