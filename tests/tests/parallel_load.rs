@@ -1,17 +1,24 @@
 //! The sharded parallel loader: every rank's share read from a 7-shard checkpoint equals the
 //! slice of the fully loaded tensor; shards are read concurrently with progress; a shard that
-//! goes missing or a read that fails mid-load gives a clear error and leaves nothing staged.
+//! goes missing or a read that fails mid-load gives a clear error and leaves nothing staged;
+//! the same through `SplitModel::load_with`, the real path from shards to rank weights.
 
+mod parallel_common;
+
+use dsv4_engine::api::Numerics;
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::synth::{shard_name, write_checkpoint, SynthSpec};
 use dsv4_engine::parallel::load::{load_shares, LoadError, LoadOptions, Piece, Progress, Staging};
-use dsv4_engine::parallel::reader::{MmapReader, ShardFile, ShardReader};
+use dsv4_engine::parallel::reader::MmapReader;
 use dsv4_engine::parallel::shares::{as_matrix, Part};
-use dsv4_engine::parallel::staging::CpuStaging;
-use dsv4_engine::parallel::{SplitMode, SplitPlan};
-use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use dsv4_engine::parallel::staging::{CpuStaging, StagedBytes};
+use dsv4_engine::parallel::{
+    LoadSettings, SplitError, SplitItem, SplitMode, SplitModel, SplitPlan,
+};
+use dsv4_engine::reference::ForwardOptions;
+use parallel_common::{tokens, FailingReader, SlowReader};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -80,45 +87,6 @@ fn every_rank_share_equals_the_slice_of_the_full_tensor() {
     assert!(p.bytes_total >= planned && p.bytes_total < planned + planned / 5);
 }
 
-/// Sleeps on every read and records how many shards are open at once.
-struct SlowReader {
-    open_now: Arc<AtomicUsize>,
-    most_open: Arc<AtomicUsize>,
-}
-
-struct SlowFile {
-    inner: Box<dyn ShardFile>,
-    open_now: Arc<AtomicUsize>,
-}
-
-impl ShardReader for SlowReader {
-    fn open(&self, path: &Path) -> io::Result<Box<dyn ShardFile>> {
-        let inner = MmapReader.open(path)?;
-        let now = self.open_now.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most_open.fetch_max(now, Ordering::SeqCst);
-        Ok(Box::new(SlowFile {
-            inner,
-            open_now: self.open_now.clone(),
-        }))
-    }
-}
-
-impl ShardFile for SlowFile {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        std::thread::sleep(Duration::from_micros(300));
-        self.inner.read_at(offset, buf)
-    }
-}
-
-impl Drop for SlowFile {
-    fn drop(&mut self) {
-        self.open_now.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn slow_reader_reads_shards_in_parallel_with_an_estimate() {
     let (dir, plan) = checkpoint();
@@ -181,45 +149,6 @@ impl Staging for CountingStaging {
     }
 }
 
-/// Deletes `victim` just before it is opened; or fails the `fail_at`-th read.
-struct FailingReader {
-    victim: Option<PathBuf>,
-    fail_at: Option<usize>,
-    reads: Arc<AtomicUsize>,
-}
-
-struct CountedFile {
-    inner: Box<dyn ShardFile>,
-    reads: Arc<AtomicUsize>,
-    fail_at: Option<usize>,
-}
-
-impl ShardReader for FailingReader {
-    fn open(&self, path: &Path) -> io::Result<Box<dyn ShardFile>> {
-        if self.victim.as_deref() == Some(path) {
-            std::fs::remove_file(path)?;
-        }
-        Ok(Box::new(CountedFile {
-            inner: MmapReader.open(path)?,
-            reads: self.reads.clone(),
-            fail_at: self.fail_at,
-        }))
-    }
-}
-
-impl ShardFile for CountedFile {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
-        if Some(n) == self.fail_at {
-            return Err(io::Error::other("device unplugged"));
-        }
-        self.inner.read_at(offset, buf)
-    }
-}
-
 fn failing_load(dir: &Path, plan: &SplitPlan, reader: FailingReader) -> (LoadError, usize) {
     let live = Arc::new(AtomicUsize::new(0));
     let staging = CountingStaging {
@@ -274,4 +203,108 @@ fn read_failing_mid_shard_names_the_tensor() {
     );
     assert!(text.contains(".safetensors"), "{text}");
     assert_eq!(live, 0);
+}
+
+/// Loads through the real path with `reader`; returns the error and the most bytes staged
+/// at any progress report.
+fn failing_model_load(dir: &Path, mode: SplitMode, reader: FailingReader) -> (SplitError, u64) {
+    let staged = StagedBytes::default();
+    let peak = AtomicU64::new(0);
+    let progress = |_: &Progress| {
+        peak.fetch_max(staged.get(), Ordering::SeqCst);
+    };
+    let settings = LoadSettings {
+        options: LoadOptions { threads: 1 },
+        reader: &reader,
+        progress: &progress,
+        staged: staged.clone(),
+    };
+    let result = SplitModel::load_with(dir, 3, mode, Numerics::Official, &settings);
+    let Err(err) = result else {
+        panic!("the load must fail");
+    };
+    assert_eq!(staged.get(), 0, "no rank keeps partial weights: {err}");
+    (err, peak.load(Ordering::SeqCst))
+}
+
+#[test]
+fn split_model_load_with_a_shard_deleted_mid_load_keeps_nothing() {
+    let (dir, _) = checkpoint();
+    let victim = dir.path().join(shard_name(SHARDS - 1, SHARDS));
+    let reader = FailingReader {
+        victim: Some(victim.clone()),
+        fail_at: None,
+        reads: Arc::default(),
+    };
+    let (err, peak) = failing_model_load(dir.path(), SplitMode::Tensor, reader);
+    assert!(
+        matches!(&err, SplitError::Load(LoadError::Tensor { file, tensor, message })
+            if *file == victim.display().to_string()
+                && !tensor.is_empty()
+                && message.contains("cannot open shard")),
+        "{err}"
+    );
+    assert!(peak > 0, "earlier shards were staged before the failure");
+}
+
+#[test]
+fn split_model_load_with_a_read_failing_mid_shard_keeps_nothing() {
+    let (dir, _) = checkpoint();
+    let reader = FailingReader {
+        victim: None,
+        fail_at: Some(60),
+        reads: Arc::default(),
+    };
+    let (err, peak) = failing_model_load(dir.path(), SplitMode::Layers, reader);
+    let text = err.to_string();
+    assert!(
+        text.contains("device unplugged") && text.contains("tensor `"),
+        "{text}"
+    );
+    assert!(text.contains(".safetensors"), "{text}");
+    assert!(peak > 0);
+}
+
+#[test]
+fn split_model_load_reads_shards_in_parallel_with_time_left() {
+    let (dir, _) = checkpoint();
+    let reader = SlowReader::default();
+    let etas = Mutex::new(Vec::new());
+    let progress = |p: &Progress| etas.lock().expect("lock").push((p.bytes_done, p.eta()));
+    let staged = StagedBytes::default();
+    let settings = LoadSettings {
+        options: LoadOptions { threads: 4 },
+        reader: &reader,
+        progress: &progress,
+        staged: staged.clone(),
+    };
+    let (mode, numerics) = (SplitMode::Tensor, Numerics::Official);
+    let model = SplitModel::load_with(dir.path(), 3, mode, numerics, &settings).expect("load");
+    assert!(
+        reader.most_open.load(Ordering::SeqCst) >= 2,
+        "shards read concurrently"
+    );
+    assert_eq!(staged.get(), 0, "every staged piece was built into weights");
+    let etas = etas.into_inner().expect("lock");
+    assert!(etas
+        .iter()
+        .any(|(_, e)| e.is_some_and(|e| e > Duration::ZERO)));
+    let last = etas
+        .iter()
+        .max_by_key(|(done, _)| *done)
+        .and_then(|(_, e)| *e);
+    assert_eq!(last, Some(Duration::ZERO));
+    // The slow path built the same model as the default one.
+    let plain = SplitModel::load(dir.path(), 3, mode, numerics).expect("load");
+    let seq = tokens(12, model.cfg.vocab_size, 3);
+    let logits = |m: &SplitModel| {
+        let mut state = m.new_state();
+        let mut batch = [SplitItem {
+            state: &mut state,
+            tokens: &seq,
+        }];
+        let out = m.forward(&mut batch, ForwardOptions::default());
+        out.expect("forward").remove(0).logits
+    };
+    assert_eq!(logits(&model), logits(&plain));
 }

@@ -1,11 +1,14 @@
 //! The split model (tensor and layer mode, 1-4 simulated ranks) gives the unsplit reference
 //! model's logits: prefill, then decode steps, two sequences batched together.
 
+mod parallel_common;
+
 use dsv4_engine::api::Numerics;
 use dsv4_engine::model::synth::{write_checkpoint, SynthSpec};
 use dsv4_engine::parallel::{SplitItem, SplitMode, SplitModel, SplitPlan};
 use dsv4_engine::reference::{BatchItem, ForwardOptions, Model};
 use dsv4_tests::{golden_set, max_abs_diff};
+use parallel_common::tokens;
 use std::path::Path;
 
 /// f32 reassociation of the all-reduces only.
@@ -16,18 +19,6 @@ const TOL: f32 = 1e-4;
 /// smoke test (all within `FLIP_TOL`), like the golden official logits (the golden model
 /// happens to have no flip and is held to `TOL`); exact splits (one rank, layer mode) must be bit-identical.
 const FLIP_TOL: f32 = 1.0;
-
-fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s % vocab as u64) as u32
-        })
-        .collect()
-}
 
 /// Reference logits of every step: one prefill of `split` tokens of each sequence, then
 /// one token per step, both sequences batched.

@@ -63,27 +63,42 @@
 //! **Loading.** [`load::load_shares`] reads exactly the parts of [`shares::rank_shares`] from
 //! the shards, several shards at once, through an injectable [`reader::ShardReader`], into a
 //! [`load::Staging`] that is committed only when every read succeeded; on error the staging
-//! is dropped (a GPU staging frees its device buffers in `Drop`).
+//! is dropped (a GPU staging frees its device buffers in `Drop`). [`SplitModel::load`] then
+//! builds each rank from its own committed shares only ([`source::RankSource`], a
+//! [`TensorSource`](crate::reference::weights::TensorSource) that hands out the rank's
+//! rows/columns of a split tensor): the unsplit weights never exist, and a rank that did not
+//! use every tensor it was given is an error (plan and builder disagree).
+//!
+//! **MTP** is the block after the last layer: on the last rank in layer mode (its embedding
+//! rows are sent there from the first rank), split like any block in tensor mode.
 //!
 //! # Reuse of the reference
-//! The simulation reuses the reference: `attention::forward_heads` (a rank-local config with
-//! the rank's heads, stopping before the output projection, which is split here by group) and
+//! The simulation reuses the reference: the weight builder ([`crate::reference::weights::Loader`]
+//! over a rank's shares), `attention::forward_heads` (a rank-local config with the rank's
+//! heads, stopping before the output projection, which is split here by group) and
 //! `moe::forward` with zero experts of width one in place of the experts a rank does not hold.
 
 pub mod collective;
 pub mod fit;
 pub mod load;
+pub mod model_load;
 pub mod plan;
+pub mod rank;
 pub mod reader;
 pub mod shares;
 pub mod slice;
+pub mod source;
 pub mod split_model;
 pub mod staging;
+pub mod state;
 
+mod mtp;
 mod pipeline;
 mod tp;
 
 pub use collective::{Collective, CollectiveError, InProcessSum, Traffic};
 pub use fit::{check_fits, FitError};
+pub use model_load::LoadSettings;
 pub use plan::{PlanError, RankPlan, SplitMode, SplitPlan};
-pub use split_model::{SplitError, SplitItem, SplitModel, SplitState};
+pub use split_model::{SplitError, SplitItem, SplitModel};
+pub use state::{SplitMtpState, SplitSnapshot, SplitState};

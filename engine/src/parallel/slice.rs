@@ -1,4 +1,4 @@
-//! A rank's tensor-parallel share of a block, cut out of the full dequantised weights.
+//! A rank's tensor-parallel share of a block, built from the rank's loaded shares.
 //!
 //! The reference attention runs on a rank-local config (the rank's heads) through
 //! `attention::forward_heads`, which stops before the output projection; the grouped output
@@ -6,11 +6,12 @@
 //! experts the rank does not hold with zero experts of width one (they add exactly `+0.0`).
 
 use super::plan::{GroupShare, RankPlan};
+use super::source::RankSource;
+use crate::model::checkpoint::CheckpointError;
 use crate::model::ModelConfig;
 use crate::reference::weights::{
-    AttentionWeights, BlockWeights, ExpertWeights, Linear, MoeWeights,
+    BlockWeights, ExpertWeights, Linear, Loader, MoeWeights, TensorSource,
 };
-use std::ops::Range;
 
 /// The rank's part of the grouped output projection `wo_b(concat_g wo_a[g](o_g))`.
 #[derive(Debug, Clone)]
@@ -24,20 +25,6 @@ pub struct OutProjection {
     pub wo_b_act_quant: bool,
 }
 
-/// Columns `cols` of a `[out, in]` weight.
-pub fn columns(l: &Linear, cols: Range<usize>) -> Linear {
-    let w =
-        l.w.chunks(l.inp)
-            .flat_map(|row| row[cols.clone()].iter().copied())
-            .collect();
-    Linear {
-        w,
-        out: l.out,
-        inp: cols.len(),
-        act_quant: l.act_quant,
-    }
-}
-
 /// A `0 x 0` map standing in for the output projection, which `forward_heads` never uses.
 fn unused_projection() -> Linear {
     Linear {
@@ -49,7 +36,7 @@ fn unused_projection() -> Linear {
 }
 
 /// A SwiGLU expert of width one with zero weights: contributes exactly `+0.0`.
-fn zero_expert(d: usize) -> ExpertWeights {
+pub fn zero_expert(d: usize) -> ExpertWeights {
     let zeros = |out, inp| Linear {
         w: vec![0.0; out * inp],
         out,
@@ -72,95 +59,106 @@ pub fn rank_attention_config(cfg: &ModelConfig, rank: &RankPlan) -> ModelConfig 
     c
 }
 
-/// The rank's share of block `full`: sliced attention and MoE, plus its output projection.
+/// Rank `rank`'s share of block `layer` in tensor mode, read from its loaded shares: the
+/// reference builder for everything replicated and for the rows the source already cut
+/// (`wq_b`, sinks, shared-expert rows), the split output projection and expert set here.
 pub fn tensor_block(
+    l: &Loader<'_, RankSource>,
     cfg: &ModelConfig,
-    full: &BlockWeights,
     rank: &RankPlan,
-) -> (BlockWeights, OutProjection) {
+    layer: usize,
+) -> Result<(BlockWeights, OutProjection), CheckpointError> {
+    let p = cfg.block_prefix(layer);
+    let attn_p = format!("{p}attn.");
+    let out = out_projection(l.src, cfg, rank, &attn_p)?;
+    let attn = l.attention_with(cfg, layer, &attn_p, Vec::new(), unused_projection())?;
     let block = BlockWeights {
-        hc_attn: full.hc_attn.clone(),
-        hc_ffn: full.hc_ffn.clone(),
-        attn_norm: full.attn_norm.clone(),
-        ffn_norm: full.ffn_norm.clone(),
-        attn: attention(cfg, &full.attn, &rank.heads),
-        moe: moe(cfg, &full.moe, rank),
+        hc_attn: l.hc(&format!("{p}hc_attn"))?,
+        hc_ffn: l.hc(&format!("{p}hc_ffn"))?,
+        attn_norm: l.vec(&format!("{p}attn_norm.weight"))?,
+        ffn_norm: l.vec(&format!("{p}ffn_norm.weight"))?,
+        attn,
+        moe: moe(l, cfg, rank, layer, &format!("{p}ffn."))?,
     };
-    (block, out_projection(cfg, &full.attn, rank))
+    Ok((block, out))
 }
 
-fn attention(cfg: &ModelConfig, a: &AttentionWeights, heads: &Range<usize>) -> AttentionWeights {
+/// `wo_a` comes as one part per touched group (its heads' columns), `wo_b` as the owned
+/// groups' columns.
+fn out_projection(
+    src: &RankSource,
+    cfg: &ModelConfig,
+    rank: &RankPlan,
+    p: &str,
+) -> Result<OutProjection, CheckpointError> {
     let d = cfg.head_dim;
-    let width = heads.len() * d;
-    AttentionWeights {
-        wq_a: a.wq_a.clone(),
-        q_norm: a.q_norm.clone(),
-        wq_b: a.wq_b.rows(heads.start * d, width),
-        wkv: a.wkv.clone(),
-        kv_norm: a.kv_norm.clone(),
-        wo_a: Vec::new(),
-        wo_b: unused_projection(),
-        sink: a.sink[heads.clone()].to_vec(),
-        compressor: a.compressor.clone(),
-        indexer: a.indexer.clone(),
+    let wo_a = src.take_parts(&format!("{p}wo_a.weight"))?;
+    if wo_a.len() != rank.groups.len() {
+        return Err(CheckpointError::Tensor {
+            file: format!("<rank {} shares>", rank.rank),
+            tensor: format!("{p}wo_a.weight"),
+            message: format!("{} parts for {} groups", wo_a.len(), rank.groups.len()),
+        });
     }
-}
-
-fn out_projection(cfg: &ModelConfig, a: &AttentionWeights, rank: &RankPlan) -> OutProjection {
-    let (d, lora) = (cfg.head_dim, cfg.o_lora_rank);
-    let per_group = cfg.num_attention_heads / cfg.o_groups;
     let groups = rank
         .groups
         .iter()
-        .map(|g| {
-            let first = g.group * per_group;
-            let cols = (g.heads.start - first) * d..(g.heads.end - first) * d;
+        .zip(wo_a)
+        .map(|(g, t)| {
             let offset = (g.heads.start - rank.heads.start) * d;
-            (g.clone(), offset, columns(&a.wo_a[g.group], cols))
+            // High precision whatever its storage (spec §4.4), as the unsplit model.
+            let l = Linear {
+                w: t.data,
+                out: t.rows,
+                inp: t.cols,
+                act_quant: false,
+            };
+            (g.clone(), offset, l)
         })
         .collect();
-    let owned = &rank.owned_groups;
-    let wo_b = (!owned.is_empty()).then(|| {
-        let mut l = columns(&a.wo_b, owned.start * lora..owned.end * lora);
-        l.act_quant = false;
-        l
+    let wo_b_name = format!("{p}wo_b.weight");
+    let wo_b = if src.holds(&wo_b_name) {
+        Some(src.f32(&wo_b_name)?)
+    } else {
+        None
+    };
+    let wo_b_act_quant = wo_b.as_ref().is_some_and(|t| t.stored.is_quantized());
+    let wo_b = wo_b.map(|t| Linear {
+        out: t.shape.first().copied().unwrap_or(0),
+        inp: t.shape.get(1).copied().unwrap_or(0),
+        w: t.data,
+        // The caller quantises the whole latent row first, as the unsplit model does.
+        act_quant: false,
     });
-    OutProjection {
+    Ok(OutProjection {
         groups,
         wo_b,
-        wo_b_act_quant: a.wo_b.act_quant,
-    }
+        wo_b_act_quant,
+    })
 }
 
-fn moe(cfg: &ModelConfig, m: &MoeWeights, rank: &RankPlan) -> MoeWeights {
+/// The held experts (zero experts in place of the others) and the shared expert's rows.
+fn moe(
+    l: &Loader<'_, RankSource>,
+    cfg: &ModelConfig,
+    rank: &RankPlan,
+    layer: usize,
+    p: &str,
+) -> Result<MoeWeights, CheckpointError> {
     let d = cfg.hidden_size;
-    let experts = m
-        .experts
-        .iter()
-        .enumerate()
-        .map(|(e, w)| {
+    let experts = (0..cfg.n_routed_experts)
+        .map(|e| {
             if rank.experts.contains(&e) {
-                w.clone()
+                l.expert(&format!("{p}experts.{e}"))
             } else {
-                zero_expert(d)
+                Ok(zero_expert(d))
             }
         })
-        .collect();
-    let s = &rank.shared_rows;
-    let shared = if s.is_empty() {
+        .collect::<Result<_, _>>()?;
+    let shared = if rank.shared_rows.is_empty() {
         zero_expert(d)
     } else {
-        ExpertWeights {
-            w1: m.shared.w1.rows(s.start, s.len()),
-            w3: m.shared.w3.rows(s.start, s.len()),
-            w2: columns(&m.shared.w2, s.clone()),
-        }
+        l.expert(&format!("{p}shared_experts"))?
     };
-    MoeWeights {
-        gate: m.gate.clone(),
-        bias: m.bias.clone(),
-        tid2eid: m.tid2eid.clone(),
-        experts,
-        shared,
-    }
+    l.moe_with(cfg, layer, p, experts, shared)
 }

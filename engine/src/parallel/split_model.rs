@@ -3,20 +3,21 @@
 //! reassociation (tensor mode) or exactly (layer mode).
 
 use super::collective::{Collective, CollectiveError, InProcessSum};
+use super::load::LoadError;
 use super::plan::{PlanError, SplitMode, SplitPlan};
-use super::slice::{rank_attention_config, tensor_block, OutProjection};
+use super::rank::{HeadSide, MtpHead, RankModel};
+use super::state::SplitState;
+use super::tp::RankLayer;
 use crate::api::Numerics;
-use crate::model::checkpoint::{Checkpoint, CheckpointError};
+use crate::model::checkpoint::CheckpointError;
 use crate::model::ModelConfig;
 use crate::reference::attention::Segment;
 use crate::reference::mhc::hc_head;
 use crate::reference::ops::rmsnorm_rows;
 use crate::reference::rope::Rope;
 use crate::reference::state::LayerState;
-use crate::reference::weights::{BlockWeights, HcParams, Linear, ModelWeights};
-use crate::reference::{ForwardOptions, ItemOutput, SeqSnapshot, SeqState};
-use std::ops::Range;
-use std::path::Path;
+use crate::reference::weights::HcParams;
+use crate::reference::{ForwardOptions, ItemOutput, SeqState};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SplitError {
@@ -25,32 +26,25 @@ pub enum SplitError {
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
     Collective(#[from] CollectiveError),
-    #[error("the plan was made for another model config than the weights'")]
-    ConfigMismatch,
+    #[error("shares of {got} ranks for a plan of {plan} ranks")]
+    SharesMismatch { got: usize, plan: usize },
+    #[error("no rank holds {0}")]
+    NothingHolds(&'static str),
+    #[error("MTP needs the final streams of {rows} rows, got {got} values")]
+    MtpStreams { rows: usize, got: usize },
     #[error("the collective has {collective} ranks but the plan {plan}")]
     WorldMismatch { collective: usize, plan: usize },
-}
-
-/// One rank's weights.
-pub struct RankModel {
-    pub rank: usize,
-    /// Main layers held (`blocks[i]` is layer `layers.start + i`).
-    pub layers: Range<usize>,
-    /// The config the reference attention sees on this rank (tensor mode: its heads).
-    pub attn_cfg: ModelConfig,
-    pub blocks: Vec<BlockWeights>,
-    /// Tensor mode: the rank's output projection per layer (empty in layer mode).
-    pub out: Vec<OutProjection>,
 }
 
 /// Embedding and head side. Replicated on every rank in tensor mode, on the first / last
 /// rank in layer mode; the simulation keeps a single copy.
 pub struct Globals {
     pub embed: Vec<f32>,
-    pub head: Linear,
-    pub norm: Vec<f32>,
-    pub hc_head: HcParams,
+    pub head: HeadSide,
+    pub mtp: Option<MtpHead>,
 }
 
 pub struct SplitModel<C: Collective<Buf = [f32]> = InProcessSum> {
@@ -63,121 +57,13 @@ pub struct SplitModel<C: Collective<Buf = [f32]> = InProcessSum> {
     pub collective: C,
 }
 
-/// A sequence's decode state: one reference state per rank (its layers only).
-#[derive(Debug, Clone)]
-pub struct SplitState {
-    pub pos: usize,
-    pub ranks: Vec<SeqState>,
-}
-
-#[derive(Debug, Clone)]
-pub struct SplitSnapshot {
-    pub pos: usize,
-    ranks: Vec<SeqSnapshot>,
-}
-
-impl SplitState {
-    pub fn snapshot(&self) -> SplitSnapshot {
-        SplitSnapshot {
-            pos: self.pos,
-            ranks: self.ranks.iter().map(SeqState::snapshot).collect(),
-        }
-    }
-
-    pub fn restore(&mut self, s: &SplitSnapshot) {
-        self.pos = s.pos;
-        for (r, snap) in self.ranks.iter_mut().zip(&s.ranks) {
-            r.restore(snap);
-        }
-    }
-
-    /// Bytes of every rank's caches.
-    pub fn rank_bytes(&self) -> Vec<usize> {
-        self.ranks.iter().map(SeqState::bytes).collect()
-    }
-}
-
 /// One sequence's part of a forward call.
 pub struct SplitItem<'a> {
     pub state: &'a mut SplitState,
     pub tokens: &'a [u32],
 }
 
-impl SplitModel<InProcessSum> {
-    /// Loads `dir` and splits it over `ranks` simulated ranks.
-    pub fn load(
-        dir: &Path,
-        ranks: usize,
-        mode: SplitMode,
-        numerics: Numerics,
-    ) -> Result<Self, SplitError> {
-        let ck = Checkpoint::open(dir)?;
-        let plan = SplitPlan::new(ck.config(), ranks, mode)?;
-        let weights = ModelWeights::load(&ck)?;
-        Self::from_weights(plan, weights, numerics, InProcessSum::new(ranks))
-    }
-}
-
 impl<C: Collective<Buf = [f32]>> SplitModel<C> {
-    /// Cuts the full weights into the plan's rank shares (consuming them).
-    pub fn from_weights(
-        plan: SplitPlan,
-        weights: ModelWeights,
-        numerics: Numerics,
-        collective: C,
-    ) -> Result<Self, SplitError> {
-        if collective.world() != plan.world() {
-            return Err(SplitError::WorldMismatch {
-                collective: collective.world(),
-                plan: plan.world(),
-            });
-        }
-        if weights.blocks.len() != plan.cfg.num_hidden_layers {
-            return Err(SplitError::ConfigMismatch);
-        }
-        let cfg = plan.cfg.clone();
-        let ranks = plan
-            .ranks
-            .iter()
-            .map(|rp| {
-                let blocks = &weights.blocks[rp.layers.clone()];
-                let (blocks, out) = match plan.mode {
-                    SplitMode::Layers => (blocks.to_vec(), Vec::new()),
-                    SplitMode::Tensor => blocks.iter().map(|b| tensor_block(&cfg, b, rp)).unzip(),
-                };
-                let attn_cfg = match plan.mode {
-                    SplitMode::Layers => cfg.clone(),
-                    SplitMode::Tensor => rank_attention_config(&cfg, rp),
-                };
-                RankModel {
-                    rank: rp.rank,
-                    layers: rp.layers.clone(),
-                    attn_cfg,
-                    blocks,
-                    out,
-                }
-            })
-            .collect();
-        let ropes = (0..cfg.num_blocks())
-            .map(|l| Rope::for_layer(&cfg, l))
-            .collect();
-        let globals = Globals {
-            embed: weights.embed,
-            head: weights.head,
-            norm: weights.norm,
-            hc_head: weights.hc_head,
-        };
-        Ok(SplitModel {
-            plan,
-            cfg,
-            numerics,
-            ranks,
-            globals,
-            ropes,
-            collective,
-        })
-    }
-
     pub fn new_state(&self) -> SplitState {
         let ranks = self
             .ranks
@@ -200,6 +86,13 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
         batch: &mut [SplitItem<'_>],
         opts: ForwardOptions,
     ) -> Result<Vec<ItemOutput>, SplitError> {
+        let streams = self.forward_streams(batch)?;
+        Ok(self.logits(batch, &streams, opts))
+    }
+
+    /// Like [`SplitModel::forward`] but returns the final residual streams `[T, n, D]` of all
+    /// fed rows (the input of the HC head and of MTP).
+    pub fn forward_streams(&self, batch: &mut [SplitItem<'_>]) -> Result<Vec<f32>, SplitError> {
         let tokens: Vec<u32> = batch
             .iter()
             .flat_map(|b| b.tokens.iter().copied())
@@ -209,7 +102,9 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
         match self.plan.mode {
             SplitMode::Tensor => {
                 for layer in 0..self.cfg.num_hidden_layers {
-                    super::tp::block(self, layer, &mut streams, &tokens, &segs, batch)?;
+                    let mut ranks = self.tensor_layer(batch, layer);
+                    let rope = &self.ropes[layer];
+                    super::tp::block(self, rope, &mut ranks, &mut streams, &tokens, &segs)?;
                 }
             }
             SplitMode::Layers => super::pipeline::run(self, &mut streams, &tokens, &segs, batch)?,
@@ -221,11 +116,32 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
                 .iter_mut()
                 .for_each(|r| r.pos += b.tokens.len());
         }
-        Ok(self.logits(batch, &streams, opts))
+        Ok(streams)
+    }
+
+    /// Every rank's share of main layer `layer` with the batch's states of it.
+    fn tensor_layer<'a>(
+        &'a self,
+        batch: &'a mut [SplitItem<'_>],
+        layer: usize,
+    ) -> Vec<RankLayer<'a>> {
+        let mut states = states_by_rank(batch, layer, self.ranks.len());
+        self.ranks
+            .iter()
+            .zip(&self.plan.ranks)
+            .zip(states.iter_mut())
+            .map(|((rank, rp), st)| RankLayer {
+                cfg: &rank.attn_cfg,
+                block: &rank.blocks[layer],
+                out: &rank.out[layer],
+                owned: rp.owned_groups.clone(),
+                states: std::mem::take(st),
+            })
+            .collect()
     }
 
     /// The `n` residual streams of every token, all equal to its embedding.
-    fn embed(&self, tokens: &[u32]) -> Vec<f32> {
+    pub(super) fn embed(&self, tokens: &[u32]) -> Vec<f32> {
         let (d, n) = (self.cfg.hidden_size, self.cfg.hc_mult);
         let mut streams = Vec::with_capacity(tokens.len() * n * d);
         for &t in tokens {
@@ -255,22 +171,27 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
                     end.saturating_sub(1).max(start)
                 };
                 start = end;
-                let g = &self.globals;
-                let rows = &streams[first * width..end * width];
-                let mut y = hc_head(
-                    &g.hc_head,
-                    rows,
-                    cfg.hc_mult,
-                    cfg.hidden_size,
-                    cfg.rms_norm_eps,
-                    cfg.hc_eps,
-                );
-                rmsnorm_rows(&mut y, &g.norm, cfg.rms_norm_eps);
+                let h = &self.globals.head;
                 ItemOutput {
-                    logits: g.head.forward(&y, Numerics::Reference),
+                    logits: self.vocab(&streams[first * width..end * width], &h.hc_head, &h.norm),
                 }
             })
             .collect()
+    }
+
+    /// Logits `[rows, vocab]` of streams `[rows, n, D]` through an HC head and a norm.
+    pub(super) fn vocab(&self, streams: &[f32], hc: &HcParams, norm: &[f32]) -> Vec<f32> {
+        let cfg = &self.cfg;
+        let mut y = hc_head(
+            hc,
+            streams,
+            cfg.hc_mult,
+            cfg.hidden_size,
+            cfg.rms_norm_eps,
+            cfg.hc_eps,
+        );
+        rmsnorm_rows(&mut y, norm, cfg.rms_norm_eps);
+        self.globals.head.head.forward(&y, Numerics::Reference)
     }
 }
 
@@ -298,6 +219,23 @@ pub(super) fn reduce<C: Collective<Buf = [f32]>>(
     let mut bufs: Vec<&mut [f32]> = parts.iter_mut().map(Vec::as_mut_slice).collect();
     c.all_reduce_sum(&mut bufs)?;
     Ok(parts.swap_remove(0))
+}
+
+/// Every item's state of local layer `layer`, grouped by rank: `[rank][item]`.
+pub(super) fn states_by_rank<'a>(
+    batch: &'a mut [SplitItem<'_>],
+    layer: usize,
+    world: usize,
+) -> Vec<Vec<&'a mut LayerState>> {
+    let mut out: Vec<Vec<&mut LayerState>> = (0..world).map(|_| Vec::new()).collect();
+    for b in batch.iter_mut() {
+        for (r, s) in b.state.ranks.iter_mut().enumerate() {
+            if let Some(l) = s.layers.get_mut(layer) {
+                out[r].push(l);
+            }
+        }
+    }
+    out
 }
 
 /// Every item's state of `layer` on rank `rank` (layer index local to the rank).

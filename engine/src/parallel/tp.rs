@@ -5,38 +5,58 @@
 
 use super::collective::{Collective, CollectiveError};
 use super::slice::OutProjection;
-use super::split_model::{layer_states, reduce, SplitItem, SplitModel};
+use super::split_model::{reduce, SplitModel};
 use crate::api::Numerics;
+use crate::model::ModelConfig;
 use crate::reference::attention::{self, BlockCtx, Segment};
 use crate::reference::mhc::{hc_post, hc_pre, HcMix};
 use crate::reference::moe;
 use crate::reference::ops::rmsnorm_rows;
 use crate::reference::quant::fake_quant_fp8;
-use crate::reference::weights::{HcParams, ACT_QUANT_BLOCK};
+use crate::reference::rope::Rope;
+use crate::reference::state::LayerState;
+use crate::reference::weights::{BlockWeights, HcParams, ACT_QUANT_BLOCK};
+use std::ops::Range;
 
-/// Runs main block `layer` on `streams` `[T, n, D]` in place.
+/// One rank's share of one block (main layer or MTP) and the states of the batch's items.
+pub(super) struct RankLayer<'a> {
+    /// The rank-local attention config (its heads).
+    pub cfg: &'a ModelConfig,
+    pub block: &'a BlockWeights,
+    pub out: &'a OutProjection,
+    /// Groups whose `wo_b` columns the rank multiplies.
+    pub owned: Range<usize>,
+    pub states: Vec<&'a mut LayerState>,
+}
+
+/// Runs one block split over `ranks` on `streams` `[T, n, D]` in place.
 pub(super) fn block<C: Collective<Buf = [f32]>>(
     m: &SplitModel<C>,
-    layer: usize,
+    rope: &Rope,
+    ranks: &mut [RankLayer<'_>],
     streams: &mut [f32],
     tokens: &[u32],
     segs: &[Segment],
-    batch: &mut [SplitItem<'_>],
 ) -> Result<(), CollectiveError> {
     let (cfg, n, d) = (&m.cfg, m.cfg.hc_mult, m.cfg.hidden_size);
     // Replicated parts are identical on every rank: take rank 0's copy.
-    let w0 = &m.ranks[0].blocks[layer];
+    let w0 = ranks
+        .first()
+        .map(|r| r.block)
+        .ok_or(CollectiveError::WrongRankCount {
+            world: m.plan.world(),
+            got: 0,
+        })?;
     let (mut a, mix) = collapse(m, &w0.hc_attn, streams);
     rmsnorm_rows(&mut a, &w0.attn_norm, cfg.rms_norm_eps);
-    let attn_out = attention_all_ranks(m, layer, &a, segs, batch)?;
+    let attn_out = attention_all_ranks(m, rope, ranks, &a, segs)?;
     hc_post(&attn_out, streams, &mix, n, d);
 
     let (mut x, mix) = collapse(m, &w0.hc_ffn, streams);
     rmsnorm_rows(&mut x, &w0.ffn_norm, cfg.rms_norm_eps);
-    let parts = m
-        .ranks
+    let parts = ranks
         .iter()
-        .map(|r| moe::forward(cfg, &r.blocks[layer].moe, &x, tokens, m.numerics).0)
+        .map(|r| moe::forward(cfg, &r.block.moe, &x, tokens, m.numerics).0)
         .collect();
     let ffn_out = reduce(&m.collective, parts)?;
     hc_post(&ffn_out, streams, &mix, n, d);
@@ -64,40 +84,37 @@ fn collapse<C: Collective<Buf = [f32]>>(
 /// plan says so) the latents summed; then each rank's `wo_b` columns, summed.
 fn attention_all_ranks<C: Collective<Buf = [f32]>>(
     m: &SplitModel<C>,
-    layer: usize,
+    rope: &Rope,
+    ranks: &mut [RankLayer<'_>],
     a: &[f32],
     segs: &[Segment],
-    batch: &mut [SplitItem<'_>],
 ) -> Result<Vec<f32>, CollectiveError> {
     let rows = a.len() / m.cfg.hidden_size;
     let exchange = m.plan.exchange_latent;
-    let mut latents = Vec::with_capacity(m.ranks.len());
-    for (r, rank) in m.ranks.iter().enumerate() {
+    let mut latents = Vec::with_capacity(ranks.len());
+    for rank in ranks.iter_mut() {
         let ctx = BlockCtx {
-            cfg: &rank.attn_cfg,
-            rope: &m.ropes[layer],
+            cfg: rank.cfg,
+            rope,
             numerics: m.numerics,
         };
-        let mut states = layer_states(batch, r, layer);
-        let heads = attention::forward_heads(&ctx, &rank.blocks[layer].attn, a, segs, &mut states);
-        latents.push(latent(m, &rank.out[layer], &heads, rows, exchange));
+        let heads = attention::forward_heads(&ctx, &rank.block.attn, a, segs, &mut rank.states);
+        latents.push(latent(m, rank.out, &heads, rows, exchange));
     }
     if exchange {
-        latents = vec_of(reduce(&m.collective, latents)?, m.ranks.len());
+        latents = vec_of(reduce(&m.collective, latents)?, ranks.len());
     }
     let lora = m.cfg.o_lora_rank;
-    let parts = m
-        .ranks
+    let parts = ranks
         .iter()
         .zip(&latents)
         .map(|(rank, u)| {
-            let p = &m.plan.ranks[rank.rank];
             let cols = if exchange {
-                p.owned_groups.start * lora..p.owned_groups.end * lora
+                rank.owned.start * lora..rank.owned.end * lora
             } else {
-                0..p.owned_groups.len() * lora
+                0..rank.owned.len() * lora
             };
-            wo_b_partial(m, &rank.out[layer], u, rows, cols)
+            wo_b_partial(m, rank.out, u, rows, cols)
         })
         .collect();
     reduce(&m.collective, parts)
