@@ -11,6 +11,7 @@
 pub mod app;
 pub mod engine_link;
 pub mod fake_engine;
+pub mod fonts;
 pub mod persist;
 pub mod scan;
 pub mod state;

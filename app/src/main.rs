@@ -14,6 +14,7 @@ fn main() -> anyhow::Result<()> {
         "dsv4-chat",
         options,
         Box::new(|cc| {
+            dsv4_chat::fonts::install_fallback_fonts(&cc.egui_ctx);
             let app = ChatApp::new(AppConfig::from_environment());
             app.set_repaint_context(&cc.egui_ctx);
             Ok(Box::new(app))

@@ -215,6 +215,11 @@ pub enum Event {
         turn: TurnId,
         message: String,
     },
+    /// The GPUs found when the engine started (empty with `note` saying why, e.g. no driver).
+    Devices {
+        gpus: Vec<GpuStatus>,
+        note: Option<String>,
+    },
     /// Settings were applied; `needs_reload` when some only apply on the next load.
     SettingsApplied {
         needs_reload: bool,

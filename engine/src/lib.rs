@@ -8,6 +8,7 @@ pub mod chat;
 pub mod gpu;
 pub mod handle;
 pub mod model;
+pub mod parallel;
 pub mod reference;
 pub mod runtime;
 pub mod sampler;

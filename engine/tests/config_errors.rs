@@ -34,7 +34,8 @@ fn golden_config_parses_with_mtp_ratio_and_quantization() {
 
 #[test]
 fn each_broken_field_is_named() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Value)>)> = vec![
+    type Edit = Box<dyn FnOnce(&mut Value)>;
+    let cases: Vec<(&str, Edit)> = vec![
         (
             "compress_ratios",
             Box::new(|v| v["compress_ratios"][1] = 3.into()),

@@ -19,6 +19,8 @@ pub struct Kernels {
     pub act_quant: CudaFunction,
     /// The model runner's kernels (mHC, routing, bf16 GEMV, sampling, synthetic fill).
     pub runner: crate::ops::runner::RunnerKernels,
+    // attention kernels
+    pub attn: crate::ops::attn_params::AttnKernels,
 }
 
 impl Kernels {
@@ -46,6 +48,8 @@ impl Kernels {
             rmsnorm: get("rmsnorm_bf16")?,
             act_quant: get("act_quant_bf16")?,
             runner: crate::ops::runner::RunnerKernels::resolve(module)?,
+            // attention kernels
+            attn: crate::ops::attn_params::AttnKernels::resolve(module)?,
         })
     }
 }

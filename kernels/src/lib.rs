@@ -22,6 +22,8 @@ pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
 pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};
 pub use ops::synth::Fill;
+// attention kernels
+pub use ops::attn_params as attn;
 pub use probe::{Gpu, GpuInfo};
 
 /// Re-exported so callers use the same cudarc types as the launchers.

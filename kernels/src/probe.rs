@@ -50,6 +50,19 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// Every usable GPU, or why there is none (no driver, no device, ...). Never panics.
+    pub fn probe_all() -> std::result::Result<Vec<GpuInfo>, String> {
+        let first = Self::probe_reason(0).map_err(|e| e.to_string())?;
+        let count = CudaContext::device_count().map_err(|e| e.to_string())?;
+        let mut all = vec![first];
+        for ordinal in 1..count.max(1) as usize {
+            all.extend(Self::probe_reason(ordinal).ok());
+        }
+        Ok(all)
+    }
+}
+
 pub(crate) fn info_of(ctx: &CudaContext) -> Result<GpuInfo> {
     let sms = ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     Ok(GpuInfo {

@@ -131,6 +131,7 @@ impl ChatApp {
             conversation: id,
             started: Instant::now(),
             live: None,
+            last_partial_save: Instant::now(),
         });
         self.send_command(Command::Submit {
             turn,

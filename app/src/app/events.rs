@@ -8,6 +8,9 @@ use dsv4_engine::api::{DeltaKind, Event, FinishReason, TurnId, TurnStats};
 /// Upper bound per frame so a flood of deltas cannot stall drawing; the rest waits a frame.
 const MAX_EVENTS_PER_FRAME: usize = 10_000;
 
+/// A streaming reply is saved this often, so a crash or kill loses at most this much of it.
+const PARTIAL_SAVE_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl ChatApp {
     pub(crate) fn drain_engine_events(&mut self) {
         for _ in 0..MAX_EVENTS_PER_FRAME {
@@ -50,8 +53,16 @@ impl ChatApp {
                 self.append_delta(turn, DeltaKind::Answer, &text);
             }
             Event::Progress { turn, stats } => {
+                let mut save = None;
                 if let Some(active) = self.engine.active.as_mut().filter(|a| a.turn == turn) {
                     active.live = Some(stats);
+                    if active.last_partial_save.elapsed() >= PARTIAL_SAVE_EVERY {
+                        active.last_partial_save = std::time::Instant::now();
+                        save = Some(active.conversation);
+                    }
+                }
+                if let Some(id) = save {
+                    self.mark_dirty(id);
                 }
             }
             Event::Finished {
@@ -60,6 +71,10 @@ impl ChatApp {
                 stats,
             } => self.finish_turn(turn, reason, &stats),
             Event::TurnFailed { turn, message } => self.fail_turn(turn, message),
+            Event::Devices { gpus, note } => {
+                self.engine.detected_gpus = gpus;
+                self.engine.gpu_note = note;
+            }
             Event::SettingsApplied { needs_reload } => {
                 if needs_reload && self.engine.pending_reload.is_empty() {
                     self.engine.pending_reload.push("engine settings");

@@ -101,6 +101,8 @@ pub struct ActiveTurn {
     pub started: Instant,
     /// The latest `Progress` numbers.
     pub live: Option<TurnStats>,
+    /// When the partial reply was last queued for saving (so a crash keeps most of it).
+    pub last_partial_save: Instant,
 }
 
 #[derive(Debug)]
@@ -111,6 +113,9 @@ pub struct EngineView {
     pub next_turn: TurnId,
     /// Changed settings that wait for the next model load.
     pub pending_reload: Vec<&'static str>,
+    /// GPUs the engine found at start, and why there are none when empty.
+    pub detected_gpus: Vec<dsv4_engine::api::GpuStatus>,
+    pub gpu_note: Option<String>,
 }
 
 impl Default for EngineView {
@@ -121,6 +126,8 @@ impl Default for EngineView {
             active: None,
             next_turn: 1,
             pending_reload: Vec::new(),
+            detected_gpus: Vec::new(),
+            gpu_note: None,
         }
     }
 }

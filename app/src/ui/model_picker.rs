@@ -35,12 +35,10 @@ fn contents(ui: &mut egui::Ui, app: &mut ChatApp, actions: &mut Vec<Action>) {
     folders(ui, app, actions);
     ui.separator();
     let context = app.settings.engine.max_context;
-    let gpu_totals: Vec<u64> = app
-        .engine
-        .model
-        .iter()
-        .flat_map(|m| m.gpus.iter().map(|g| g.memory_total_bytes))
-        .collect();
+    let gpu_totals = chosen_gpu_memory(app);
+    if let Some(note) = &app.engine.gpu_note {
+        ui.weak(note);
+    }
     egui::ScrollArea::vertical().show(ui, |ui| {
         demo_entry(ui, actions);
         if app.view.picker.scanning.is_some() {
@@ -176,4 +174,23 @@ fn summary_lines(
             ));
         }
     }
+}
+
+/// Memory of the GPUs the settings choose (all detected ones when the list is empty): the fit
+/// estimate is made against these.
+fn chosen_gpu_memory(app: &ChatApp) -> Vec<u64> {
+    let chosen: Option<&Vec<usize>> = match &app.settings.engine.backend {
+        dsv4_engine::api::BackendChoice::Cuda { devices } if !devices.is_empty() => Some(devices),
+        _ => None,
+    };
+    let loaded = app.engine.model.iter().flat_map(|m| m.gpus.iter());
+    let gpus: Vec<&dsv4_engine::api::GpuStatus> = if app.engine.detected_gpus.is_empty() {
+        loaded.collect()
+    } else {
+        app.engine.detected_gpus.iter().collect()
+    };
+    gpus.into_iter()
+        .filter(|g| chosen.is_none_or(|c| c.contains(&g.ordinal)))
+        .map(|g| g.memory_total_bytes)
+        .collect()
 }

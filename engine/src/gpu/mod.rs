@@ -5,11 +5,9 @@
 //! GPU support is restricted to FP8-linear / FP4-expert checkpoints (the published format); a BF16
 //! checkpoint fails to load with [`RunnerError::Unsupported`] and runs on the CPU backend instead.
 
-// Stand-in for the attention block until branch gpu-attn is merged (same API, produces zeros).
-/// True while `attention` is the zero-output stand-in (tests then compare against a CPU model
-/// without attention).
-pub const ATTENTION_STUB: bool = true;
-#[path = "attn_stub.rs"]
+/// True while `attention` is a zero-output stand-in (tests then compare against a CPU model without
+/// attention). The real attention block (branch gpu-attn) is merged.
+pub const ATTENTION_STUB: bool = false;
 pub mod attention;
 mod backend;
 mod error;

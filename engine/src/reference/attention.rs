@@ -48,6 +48,19 @@ pub fn forward(
     segs: &[Segment],
     states: &mut [&mut LayerState],
 ) -> Vec<f32> {
+    let o = forward_heads(ctx, w, a, segs, states);
+    output_projection(ctx, w, &o)
+}
+
+/// The per-head attention outputs `[T, H·d]` (inverse-roped), before the grouped output
+/// projection; `w.wo_a`/`w.wo_b` are not used (a tensor-parallel rank projects its own heads).
+pub fn forward_heads(
+    ctx: &BlockCtx<'_>,
+    w: &AttentionWeights,
+    a: &[f32],
+    segs: &[Segment],
+    states: &mut [&mut LayerState],
+) -> Vec<f32> {
     let cfg = ctx.cfg;
     let proj = project(ctx, w, a, segs);
     let hd = cfg.num_attention_heads * cfg.head_dim;
@@ -68,7 +81,7 @@ pub fn forward(
             );
         }
     }
-    output_projection(ctx, w, &o)
+    o
 }
 
 fn project(ctx: &BlockCtx<'_>, w: &AttentionWeights, a: &[f32], segs: &[Segment]) -> Projections {
@@ -202,8 +215,8 @@ fn attend(
     }
 }
 
-/// `wo_b(concat_g wo_a[g](heads of group g))`.
-fn output_projection(ctx: &BlockCtx<'_>, w: &AttentionWeights, o: &[f32]) -> Vec<f32> {
+/// `wo_b(concat_g wo_a[g](heads of group g))` of per-head outputs `o` `[T, H·d]`.
+pub fn output_projection(ctx: &BlockCtx<'_>, w: &AttentionWeights, o: &[f32]) -> Vec<f32> {
     let cfg = ctx.cfg;
     let hd = cfg.num_attention_heads * cfg.head_dim;
     let rows = o.len() / hd;

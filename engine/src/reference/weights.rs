@@ -1,9 +1,11 @@
-//! The model's weights as dequantised f32 arrays, loaded by checkpoint name.
+//! The model's weights as dequantised f32 arrays, loaded by checkpoint name from any
+//! [`TensorSource`]: the whole checkpoint, or (for a split model) one rank's loaded shares,
+//! where a split tensor comes back as the rank's rows/columns only.
 
 use super::ops::matmul_t;
 use super::quant::fake_quant_fp8;
 use crate::api::Numerics;
-use crate::model::checkpoint::{Checkpoint, CheckpointError};
+use crate::model::checkpoint::{Checkpoint, CheckpointError, DenseTensor};
 use crate::model::{AttentionKind, ModelConfig};
 
 /// Block width of the FP8 activation quantisation feeding FP8/FP4 GEMMs.
@@ -136,17 +138,37 @@ pub struct ModelWeights {
     pub mtp: Option<MtpWeights>,
 }
 
-struct Loader<'a> {
-    ck: &'a Checkpoint,
+/// Where the weights come from, by checkpoint name.
+pub trait TensorSource {
+    /// The tensor dequantised to f32 (`stored` says how it was stored on disk).
+    fn f32(&self, name: &str) -> Result<DenseTensor, CheckpointError>;
+    /// An integer tensor (the hash-routing `tid2eid`) as (shape, values).
+    fn i64(&self, name: &str) -> Result<(Vec<usize>, Vec<i64>), CheckpointError>;
 }
 
-impl Loader<'_> {
-    fn vec(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
-        Ok(self.ck.load_f32(name)?.data)
+impl TensorSource for Checkpoint {
+    fn f32(&self, name: &str) -> Result<DenseTensor, CheckpointError> {
+        self.load_f32(name)
     }
 
-    fn linear(&self, prefix: &str) -> Result<Linear, CheckpointError> {
-        let t = self.ck.load_f32(&format!("{prefix}.weight"))?;
+    fn i64(&self, name: &str) -> Result<(Vec<usize>, Vec<i64>), CheckpointError> {
+        self.load_i64(name)
+    }
+}
+
+/// Builds the weight structs from a source. Public so that a split model can assemble a
+/// rank's blocks from the same pieces (it replaces only the split tensors).
+pub struct Loader<'a, S: ?Sized> {
+    pub src: &'a S,
+}
+
+impl<S: TensorSource + ?Sized> Loader<'_, S> {
+    pub fn vec(&self, name: &str) -> Result<Vec<f32>, CheckpointError> {
+        Ok(self.src.f32(name)?.data)
+    }
+
+    pub fn linear(&self, prefix: &str) -> Result<Linear, CheckpointError> {
+        let t = self.src.f32(&format!("{prefix}.weight"))?;
         let (out, inp) = match t.shape.as_slice() {
             [o, i] => (*o, *i),
             _ => {
@@ -166,13 +188,13 @@ impl Loader<'_> {
     }
 
     /// A weight the official runtime keeps in high precision whatever its storage.
-    fn linear_plain(&self, prefix: &str) -> Result<Linear, CheckpointError> {
+    pub fn linear_plain(&self, prefix: &str) -> Result<Linear, CheckpointError> {
         let mut l = self.linear(prefix)?;
         l.act_quant = false;
         Ok(l)
     }
 
-    fn hc(&self, prefix: &str) -> Result<HcParams, CheckpointError> {
+    pub fn hc(&self, prefix: &str) -> Result<HcParams, CheckpointError> {
         Ok(HcParams {
             func: self.vec(&format!("{prefix}_fn"))?,
             base: self.vec(&format!("{prefix}_base"))?,
@@ -180,7 +202,7 @@ impl Loader<'_> {
         })
     }
 
-    fn expert(&self, prefix: &str) -> Result<ExpertWeights, CheckpointError> {
+    pub fn expert(&self, prefix: &str) -> Result<ExpertWeights, CheckpointError> {
         Ok(ExpertWeights {
             w1: self.linear(&format!("{prefix}.w1"))?,
             w2: self.linear(&format!("{prefix}.w2"))?,
@@ -188,7 +210,7 @@ impl Loader<'_> {
         })
     }
 
-    fn compressor(
+    pub fn compressor(
         &self,
         p: &str,
         ratio: usize,
@@ -205,11 +227,30 @@ impl Loader<'_> {
         })
     }
 
-    fn attention(
+    pub fn attention(
         &self,
         cfg: &ModelConfig,
         layer: usize,
         p: &str,
+    ) -> Result<AttentionWeights, CheckpointError> {
+        // wo_a is dequantised at conversion time and run in high precision (spec §4.4).
+        let wo_a = self.linear_plain(&format!("{p}wo_a"))?;
+        let groups = (0..cfg.o_groups)
+            .map(|g| wo_a.rows(g * cfg.o_lora_rank, cfg.o_lora_rank))
+            .collect();
+        let wo_b = self.linear(&format!("{p}wo_b"))?;
+        self.attention_with(cfg, layer, p, groups, wo_b)
+    }
+
+    /// The attention with the output projection given by the caller (a split model's rank
+    /// holds only its share of it, in another layout).
+    pub fn attention_with(
+        &self,
+        cfg: &ModelConfig,
+        layer: usize,
+        p: &str,
+        wo_a: Vec<Linear>,
+        wo_b: Linear,
     ) -> Result<AttentionWeights, CheckpointError> {
         let kind = cfg.attention_kind(layer);
         let compressor = match kind {
@@ -228,29 +269,45 @@ impl Loader<'_> {
             }),
             _ => None,
         };
-        // wo_a is dequantised at conversion time and run in high precision (spec §4.4).
-        let wo_a = self.linear_plain(&format!("{p}wo_a"))?;
-        let groups = (0..cfg.o_groups)
-            .map(|g| wo_a.rows(g * cfg.o_lora_rank, cfg.o_lora_rank))
-            .collect();
         Ok(AttentionWeights {
             wq_a: self.linear(&format!("{p}wq_a"))?,
             q_norm: self.vec(&format!("{p}q_norm.weight"))?,
             wq_b: self.linear(&format!("{p}wq_b"))?,
             wkv: self.linear(&format!("{p}wkv"))?,
             kv_norm: self.vec(&format!("{p}kv_norm.weight"))?,
-            wo_a: groups,
-            wo_b: self.linear(&format!("{p}wo_b"))?,
+            wo_a,
+            wo_b,
             sink: self.vec(&format!("{p}attn_sink"))?,
             compressor,
             indexer,
         })
     }
 
-    fn moe(&self, cfg: &ModelConfig, layer: usize, p: &str) -> Result<MoeWeights, CheckpointError> {
+    pub fn moe(
+        &self,
+        cfg: &ModelConfig,
+        layer: usize,
+        p: &str,
+    ) -> Result<MoeWeights, CheckpointError> {
+        let experts = (0..cfg.n_routed_experts)
+            .map(|e| self.expert(&format!("{p}experts.{e}")))
+            .collect::<Result<_, _>>()?;
+        let shared = self.expert(&format!("{p}shared_experts"))?;
+        self.moe_with(cfg, layer, p, experts, shared)
+    }
+
+    /// The MoE with the experts given by the caller (a split model's rank holds only some).
+    pub fn moe_with(
+        &self,
+        cfg: &ModelConfig,
+        layer: usize,
+        p: &str,
+        experts: Vec<ExpertWeights>,
+        shared: ExpertWeights,
+    ) -> Result<MoeWeights, CheckpointError> {
         let hash = cfg.is_hash_layer(layer);
         let tid2eid = if hash {
-            let (_, ids) = self.ck.load_i64(&format!("{p}gate.tid2eid"))?;
+            let (_, ids) = self.src.i64(&format!("{p}gate.tid2eid"))?;
             Some(ids.into_iter().map(|e| e as u32).collect())
         } else {
             None
@@ -260,19 +317,16 @@ impl Loader<'_> {
         } else {
             Some(self.vec(&format!("{p}gate.bias"))?)
         };
-        let experts = (0..cfg.n_routed_experts)
-            .map(|e| self.expert(&format!("{p}experts.{e}")))
-            .collect::<Result<_, _>>()?;
         Ok(MoeWeights {
             gate: self.linear_plain(&format!("{p}gate"))?,
             bias,
             tid2eid,
             experts,
-            shared: self.expert(&format!("{p}shared_experts"))?,
+            shared,
         })
     }
 
-    fn block(&self, cfg: &ModelConfig, layer: usize) -> Result<BlockWeights, CheckpointError> {
+    pub fn block(&self, cfg: &ModelConfig, layer: usize) -> Result<BlockWeights, CheckpointError> {
         let p = cfg.block_prefix(layer);
         Ok(BlockWeights {
             hc_attn: self.hc(&format!("{p}hc_attn"))?,
@@ -284,7 +338,7 @@ impl Loader<'_> {
         })
     }
 
-    fn mtp(&self, cfg: &ModelConfig) -> Result<MtpWeights, CheckpointError> {
+    pub fn mtp(&self, cfg: &ModelConfig) -> Result<MtpWeights, CheckpointError> {
         let layer = cfg.num_hidden_layers;
         let p = cfg.block_prefix(layer);
         Ok(MtpWeights {
@@ -302,8 +356,15 @@ impl Loader<'_> {
 impl ModelWeights {
     /// Loads and dequantises every weight of the checkpoint.
     pub fn load(ck: &Checkpoint) -> Result<Self, CheckpointError> {
-        let cfg = ck.config();
-        let l = Loader { ck };
+        Self::from_source(ck.config(), ck)
+    }
+
+    /// Builds every weight of `cfg` from `src`.
+    pub fn from_source<S: TensorSource + ?Sized>(
+        cfg: &ModelConfig,
+        src: &S,
+    ) -> Result<Self, CheckpointError> {
+        let l = Loader { src };
         let blocks = (0..cfg.num_hidden_layers)
             .map(|layer| l.block(cfg, layer))
             .collect::<Result<_, _>>()?;

@@ -85,6 +85,7 @@ pub fn load(
     if let BackendChoice::Cuda { .. } = settings.backend {
         note = " (CUDA backend unavailable in this build: using the CPU reference)".into();
     }
+    check_host_memory(&ck)?;
     progress(0.2, &format!("loading weights on the CPU{note}"));
     let model = Model::from_checkpoint(&ck, settings.numerics).map_err(|e| e.to_string())?;
     let backend = CpuBackend::new(model, settings.max_context);
@@ -95,6 +96,42 @@ pub fn load(
         tokenizer,
         info,
     })
+}
+
+/// The CPU reference holds every weight as f32: refuse early, with the numbers, when that
+/// cannot fit (the real 160 GB checkpoint needs ~1.1 TB as f32), instead of running out of
+/// memory half-way.
+fn check_host_memory(ck: &Checkpoint) -> Result<(), String> {
+    use crate::model::checkpoint::Dtype;
+    let mut elements: u64 = 0;
+    for name in ck.tensor_names() {
+        let Ok(t) = ck.raw(name) else { continue };
+        let n: u64 = t.shape.iter().map(|&d| d as u64).product();
+        // FP4 experts pack two values per I8 byte; scales are folded into the weights.
+        elements += match t.dtype {
+            Dtype::I8 => 2 * n,
+            Dtype::F8_E8M0 => 0,
+            _ => n,
+        };
+    }
+    let needed = elements * 4;
+    match available_memory() {
+        Some(avail) if needed > avail => Err(format!(
+            "the CPU reference needs {:.1} GB of memory for this model as f32 but only {:.1} GB \
+             is available: use the CUDA backend (settings) or a smaller model",
+            needed as f64 / 1e9,
+            avail as f64 / 1e9
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo in bytes (None where it cannot be read).
+fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The checkpoint's own `tokenizer.json` when it has one, else the bundled DeepSeek-V4 one.

@@ -45,6 +45,7 @@ impl Runtime {
 
     /// Runs until `Shutdown` or until every command sender is gone.
     pub fn run(mut self, commands: Receiver<Command>) {
+        self.emit(detect_devices());
         loop {
             let busy = !self.active.is_empty() || !self.queue.is_empty();
             if !busy {
@@ -146,5 +147,27 @@ impl Runtime {
                 || old.cache_budget_mib != s.cache_budget_mib);
         self.settings = s;
         self.emit(Event::SettingsApplied { needs_reload });
+    }
+}
+
+/// Probes the GPUs once at start so front ends can size models against them before a load.
+fn detect_devices() -> Event {
+    match dsv4_kernels::Gpu::probe_all() {
+        Ok(gpus) => Event::Devices {
+            gpus: gpus
+                .into_iter()
+                .map(|g| crate::api::GpuStatus {
+                    ordinal: g.ordinal,
+                    name: g.name,
+                    memory_used_bytes: 0,
+                    memory_total_bytes: g.total_mem as u64,
+                })
+                .collect(),
+            note: None,
+        },
+        Err(reason) => Event::Devices {
+            gpus: Vec::new(),
+            note: Some(format!("no CUDA GPU: {reason}; the CPU backend is used")),
+        },
     }
 }

@@ -3,6 +3,9 @@
 //! CudaViewMut), so callers can hand in slices of larger buffers.
 pub mod act_quant;
 pub mod bf16_gemv;
+// attention kernels
+pub mod attn_launch;
+pub mod attn_params;
 pub mod fp4_expert;
 pub mod fp8_gemv;
 pub mod mhc;

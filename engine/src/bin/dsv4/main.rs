@@ -2,6 +2,7 @@
 
 mod bench;
 mod chat;
+mod kernels_info;
 mod logits;
 mod npy;
 
@@ -10,7 +11,13 @@ use dsv4_engine::api::{Numerics, SamplingParams, ThinkingMode};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "dsv4", version = env!("CARGO_PKG_VERSION"), about = "DeepSeek-V4-Flash engine tools")]
+// The version names the commit (short hash, `-dirty`, or `unknown`; see engine/build.rs), so a bug report
+// from an installed package says exactly what was built.
+#[command(
+    name = "dsv4",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("DSV4_GIT_COMMIT"), ")"),
+    about = "DeepSeek-V4-Flash engine tools"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -127,6 +134,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "reference")]
         numerics: NumericsArg,
     },
+    /// Print the precompiled CUDA kernels embedded in this binary (SASS architectures, PTX).
+    Kernels(kernels_info::KernelsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -147,5 +156,6 @@ fn main() -> anyhow::Result<()> {
             println!("{}", dsv4_engine::chat::encode_cases(&text, &tok)?);
             Ok(())
         }
+        Command::Kernels(args) => Ok(kernels_info::run(&args)?),
     }
 }

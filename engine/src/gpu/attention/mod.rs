@@ -1,0 +1,33 @@
+//! The attention block on the GPU for decode (spec §2.4-2.7, §3): every kernel from the normalised block
+//! input `a` to the attention output, with the per-sequence caches of `slots` sequences.
+//!
+//! - [`AttnLayer`]: device weights of one block (FP8 linears read directly, see `layer.rs`).
+//! - [`AttnState`]: window ring, compressed KV, indexer keys and compressor states per slot.
+//! - [`decode`]: one token per row, graph-capturable; [`StepMeta`] carries slots/positions on the device.
+mod decode;
+mod error;
+mod layer;
+mod rope;
+mod scratch;
+mod state;
+mod synth;
+
+pub use decode::decode;
+pub use error::GpuError;
+pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
+pub use rope::rope_freqs;
+pub use scratch::{AttnScratch, MAX_ROWS};
+pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
+
+use dsv4_kernels::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+
+/// Device address of a buffer read by a kernel. Event tracking is off in `GpuContext`, so the guard cudarc
+/// returns does nothing and is dropped at once.
+pub(crate) fn dptr<T>(b: &impl DevicePtr<T>, s: &CudaStream) -> u64 {
+    b.device_ptr(s).0
+}
+
+/// Device address of a buffer written by a kernel.
+pub(crate) fn dptr_mut<T>(b: &mut impl DevicePtrMut<T>, s: &CudaStream) -> u64 {
+    b.device_ptr_mut(s).0
+}

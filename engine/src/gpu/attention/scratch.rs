@@ -1,0 +1,103 @@
+//! Per-step scratch buffers of the attention block, sized once for `max_rows` rows (no allocation in
+//! `decode`, so a captured graph replays with the same addresses).
+use super::error::{ensure, GpuError};
+use crate::model::ModelConfig;
+use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, GpuContext};
+
+/// Largest batch of `fp8_gemv`.
+pub const MAX_ROWS: usize = 64;
+
+pub struct AttnScratch {
+    pub max_rows: usize,
+    /// Key splits of the sparse attention per row count (index rows - 1).
+    pub splits: Vec<usize>,
+    /// Blocks per row of the indexer scoring.
+    pub score_blocks: Vec<usize>,
+    pub xq: CudaSlice<bf16>,
+    pub qr_f32: CudaSlice<f32>,
+    pub kv_f32: CudaSlice<f32>,
+    pub qr: CudaSlice<bf16>,
+    pub q_f32: CudaSlice<f32>,
+    pub q: CudaSlice<bf16>,
+    pub proj: CudaSlice<f32>,
+    pub iq_f32: CudaSlice<f32>,
+    pub iq: CudaSlice<bf16>,
+    pub sel: CudaSlice<i32>,
+    pub part_o: CudaSlice<f32>,
+    pub part_ml: CudaSlice<f32>,
+    /// Attention output in group-major layout `[groups, rows, heads·head_dim/groups]`.
+    pub o: CudaSlice<bf16>,
+    pub u_f32: CudaSlice<f32>,
+    pub u: CudaSlice<bf16>,
+    pub ws: CudaSlice<f32>,
+}
+
+/// Splits over the keys so that about two blocks per SM exist even at batch 1.
+fn sparse_splits(sms: usize, rows: usize, heads: usize) -> usize {
+    let blocks = rows * heads.div_ceil(SPARSE_HEADS_PER_BLOCK);
+    (2 * sms).div_ceil(blocks).clamp(1, SPLITS_MAX)
+}
+
+impl AttnScratch {
+    pub fn new(ctx: &GpuContext, cfg: &ModelConfig, max_rows: usize) -> Result<Self, GpuError> {
+        ensure((1..=MAX_ROWS).contains(&max_rows), || {
+            format!("max_rows {max_rows} not in 1..={MAX_ROWS}")
+        })?;
+        let s = &ctx.stream;
+        let sms = ctx.info.sm_count as usize;
+        let (r, d, h, hd) = (
+            max_rows,
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_attention_heads * cfg.head_dim,
+        );
+        let splits: Vec<usize> = (1..=r).map(|n| sparse_splits(sms, n, h)).collect();
+        let row_splits = splits
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i + 1) * s)
+            .max()
+            .unwrap_or(1);
+        let score_blocks = (1..=r)
+            .map(|n| (2 * sms).div_ceil(n).clamp(1, 1024))
+            .collect();
+        let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+        let lin_max = 4 * cfg.head_dim + 4 * id + ih;
+        let lora = cfg.o_groups * cfg.o_lora_rank;
+        let shapes = [
+            (cfg.q_lora_rank, d),
+            (cfg.head_dim, d),
+            (hd, cfg.q_lora_rank),
+            (d, lora),
+            (ih * id, cfg.q_lora_rank),
+            (cfg.o_lora_rank, hd / cfg.o_groups.max(1)),
+        ];
+        let mut ws = 1;
+        for (n, k) in shapes {
+            ws = ws.max(ctx.fp8_gemv_plan(r, n, k)?.workspace_len());
+        }
+        Ok(AttnScratch {
+            max_rows,
+            splits,
+            score_blocks,
+            xq: s.alloc_zeros(r * d)?,
+            qr_f32: s.alloc_zeros(r * cfg.q_lora_rank)?,
+            kv_f32: s.alloc_zeros(r * cfg.head_dim)?,
+            qr: s.alloc_zeros(r * cfg.q_lora_rank)?,
+            q_f32: s.alloc_zeros(r * hd)?,
+            q: s.alloc_zeros(r * hd)?,
+            proj: s.alloc_zeros(r * lin_max)?,
+            iq_f32: s.alloc_zeros(r * ih * id)?,
+            iq: s.alloc_zeros(r * ih * id)?,
+            sel: s.alloc_zeros(r * cfg.index_topk.max(1))?,
+            part_o: s.alloc_zeros(row_splits * hd)?,
+            part_ml: s.alloc_zeros(row_splits * h * 2)?,
+            o: s.alloc_zeros(r * hd)?,
+            u_f32: s.alloc_zeros(r * lora)?,
+            u: s.alloc_zeros(r * lora)?,
+            ws: s.alloc_zeros(ws)?,
+        })
+    }
+}

@@ -1,0 +1,122 @@
+// Shared device helpers of the attention kernels (attn_*.cu). The build concatenates the .cu files in name
+// order, so this file (attn_common) precedes every other attn_* file that uses these helpers.
+//
+// Number formats (spec 2.0, bit-exact with engine/src/reference/quant.rs on identical f32 inputs):
+//   Q8: blocks along a vector, scale 2^ceil(log2(max(amax, 1e-4) / 448)), e4m3 round-to-nearest-even.
+//   Q4: blocks of 32, scale 2^ceil(log2(max(amax, 6 * 2^-126) / 6)), e2m1 round-to-nearest-even.
+//   Both are done in software (no cvt.e2m1 on sm_90) from the exponent bits: exact.
+// RoPE: interleaved pairs on the last `rdim` channels; angle pos * f evaluated in double like the CPU
+//   reference (an f32 angle loses ~0.06 rad at position 1e6).
+#include "common.cuh"
+
+// Quantisation modes of a finished vector.
+#define ATTN_QUANT_NONE 0
+#define ATTN_QUANT_Q8_NOPE 1   // Q8 (blocks of 64) on channels [0, dim - rdim): window rows, compressed entries
+#define ATTN_QUANT_HAD_Q4 2    // Walsh-Hadamard over all channels, then Q4 (blocks of 32): indexer q and keys
+
+__device__ __forceinline__ float attn_pow2(int e) { return ldexpf(1.0f, e); }
+
+// 2^ceil(log2(v)) for positive normal v, from the bits (exponent, plus one if any mantissa bit is set).
+__device__ __forceinline__ float attn_pow2_ceil(float v) {
+    const u32 b = __float_as_uint(v);
+    return attn_pow2((int)((b >> 23) & 255u) - 127 + ((b & 0x7fffffu) != 0u ? 1 : 0));
+}
+
+// Round |x| <= max to a float format with `mant` mantissa bits and minimum normal exponent `min_exp`, RNE.
+__device__ __forceinline__ float attn_round_fmt(float x, int mant, int min_exp) {
+    if (x == 0.f) return x;
+    int e = (int)((__float_as_uint(x) >> 23) & 255u) - 127;
+    e = e < min_exp ? min_exp : e;
+    const float quantum = attn_pow2(e - mant);
+    return rintf(x / quantum) * quantum;
+}
+
+// One quant-dequant block of `len` values at v (shared memory), done by one warp.
+__device__ __forceinline__ void attn_quant_block_warp(float* v, int len, int fp4) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.f;
+    for (int i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+    amax = warp_max(amax);
+    const float maxv = fp4 ? 6.0f : 448.0f;
+    const float floorv = fp4 ? 6.0f * 1.17549435e-38f : 1e-4f;
+    const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv);
+    for (int i = lane; i < len; i += 32) {
+        const float c = fminf(fmaxf(v[i] / s, -maxv), maxv);
+        v[i] = (fp4 ? attn_round_fmt(c, 1, 0) : attn_round_fmt(c, 3, -6)) * s;
+    }
+}
+
+// Fake quantisation of v[0, n) (shared memory) in blocks of `blk` (a trailing partial block is one shorter
+// block, as in the CPU reference). Warps take blocks round-robin. Caller syncs before and after.
+__device__ __forceinline__ void attn_fake_quant_smem(float* v, int n, int blk, int fp4) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int b = warp; b * blk < n; b += nw) {
+        const int len = min(blk, n - b * blk);
+        attn_quant_block_warp(v + b * blk, len, fp4);
+    }
+}
+
+// Sum over the block (blockDim.x a multiple of 32, <= 1024); `red` holds 33 floats. Every thread gets it.
+__device__ __forceinline__ float attn_block_sum(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float r = lane < nw ? red[lane] : 0.f;
+        r = warp_sum(r);
+        if (lane == 0) red[32] = r;
+    }
+    __syncthreads();
+    return red[32];
+}
+
+// RMS normalisation of v[0, n) in place: v * (mean(v^2) + eps)^-1/2 (* w when w != null).
+__device__ __forceinline__ void attn_rms_smem(float* v, int n, const float* w, float eps, float* red) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += v[i] * v[i];
+    const float inv = 1.0f / sqrtf(attn_block_sum(ss, red) / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) v[i] = w ? w[i] * (v[i] * inv) : v[i] * inv;
+    __syncthreads();
+}
+
+// RoPE of the last rdim channels of v[0, dim) to position pos (inverse: rotate back). Caller syncs after.
+__device__ __forceinline__ void attn_rope_smem(float* v, int dim, int rdim, const float* freqs, long long pos,
+                                               int inverse) {
+    const int start = dim - rdim;
+    for (int i = threadIdx.x; i < rdim / 2; i += blockDim.x) {
+        const double theta = (double)pos * (double)freqs[i];
+        const float sn = (float)sin(inverse ? -theta : theta), cs = (float)cos(theta);
+        const float a = v[start + 2 * i], b = v[start + 2 * i + 1];
+        v[start + 2 * i] = a * cs - b * sn;
+        v[start + 2 * i + 1] = a * sn + b * cs;
+    }
+}
+
+// Natural-order Walsh-Hadamard transform of v[0, n) scaled by n^-1/2 (n a power of two, <= 512), as the
+// plain product with a sequential sum per output (the CPU reference's order: an FP4 rounding follows).
+// `tmp` is n floats of scratch. Caller syncs after.
+__device__ __forceinline__ void attn_hadamard_smem(float* v, float* tmp, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) tmp[i] = v[i];
+    __syncthreads();
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < n; ++j) acc += (__popc(i & j) & 1) ? -tmp[j] : tmp[j];
+        v[i] = acc * scale;
+    }
+}
+
+// The post-processing shared by window rows, compressed entries and indexer vectors: quantisation mode
+// `quant` (ATTN_QUANT_*) on v[0, dim). `tmp` holds dim floats. Caller syncs before; this syncs after.
+__device__ __forceinline__ void attn_quant_vec(float* v, float* tmp, int dim, int rdim, int quant) {
+    if (quant == ATTN_QUANT_Q8_NOPE) {
+        attn_fake_quant_smem(v, dim - rdim, 64, 0);
+    } else if (quant == ATTN_QUANT_HAD_Q4) {
+        attn_hadamard_smem(v, tmp, dim);
+        __syncthreads();
+        attn_fake_quant_smem(v, dim, 32, 1);
+    }
+    __syncthreads();
+}

@@ -1,0 +1,232 @@
+//! Launchers of the attention kernels (`cuda/attn_*.cu`). They check the dimension limits of each kernel;
+//! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+
+use super::attn_params::*;
+use super::grid;
+use crate::context::GpuContext;
+use crate::error::{check, Result};
+
+const NAME: &str = "attn";
+
+fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim,
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: u32::try_from(smem).unwrap_or(u32::MAX),
+    }
+}
+
+/// Launches `f` with the single by-value argument `p`.
+///
+/// # Safety
+/// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
+unsafe fn launch_one<P: DeviceRepr>(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    c: LaunchConfig,
+    p: &P,
+) -> Result<()> {
+    let mut l = stream.launch_builder(f);
+    l.arg(p);
+    // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
+    unsafe { l.launch(c) }?;
+    Ok(())
+}
+
+fn pos_i32(what: &'static str, v: i32) -> Result<()> {
+    check(NAME, v > 0, || format!("{what} = {v} must be positive"))
+}
+
+impl GpuContext {
+    /// # Safety
+    /// `p.x` holds `groups*rows*width` values, `p.out` `rows*groups*width` bf16, `p.norm_w` (if set) the row.
+    pub unsafe fn launch_attn_row_prep(&self, s: &CudaStream, p: &AttnRowPrep) -> Result<()> {
+        pos_i32("rows", p.rows)?;
+        let n = (p.groups as usize) * (p.width as usize);
+        check(NAME, n > 0 && n <= ROW_PREP_MAX, || {
+            format!("row_prep row {n}")
+        })?;
+        let c = cfg((grid(NAME, p.rows as usize)?, 1, 1), 256, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.row_prep, c, p) }
+    }
+
+    /// # Safety
+    /// `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode) `rows` ints;
+    /// `p.out` the `[rows, nvec, dim]` output or the ring; `p.freqs` `rdim/2` f32.
+    pub unsafe fn launch_attn_vec_prep(
+        &self,
+        s: &CudaStream,
+        nvec: usize,
+        rows: usize,
+        p: &AttnVecPrep,
+    ) -> Result<()> {
+        check(NAME, p.dim > 0 && p.dim as usize <= VEC_MAX, || {
+            format!("vec_prep dim {}", p.dim)
+        })?;
+        let c = cfg((grid(NAME, nvec)?, grid(NAME, rows)?, 1), 128, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.vec_prep, c, p) }
+    }
+
+    /// # Safety
+    /// Addresses as documented in attn_compress.cu for `rows` rows (distinct slots).
+    pub unsafe fn launch_attn_compress(
+        &self,
+        s: &CudaStream,
+        rows: usize,
+        p: &AttnCompress,
+    ) -> Result<()> {
+        check(NAME, p.dc > 0 && p.dc as usize <= VEC_MAX, || {
+            format!("compress dc {}", p.dc)
+        })?;
+        pos_i32("ratio", p.ratio)?;
+        let c = cfg((grid(NAME, rows)?, 1, 1), 256, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.compress, c, p) }
+    }
+
+    /// # Safety
+    /// Addresses as documented in attn_index.cu for `rows` rows.
+    pub unsafe fn launch_attn_index_score(
+        &self,
+        s: &CudaStream,
+        splits: usize,
+        rows: usize,
+        p: &AttnIndexScore,
+    ) -> Result<()> {
+        let (h, d) = (p.heads as usize, p.dim as usize);
+        check(NAME, h > 0 && h <= INDEX_MAX_HEADS, || {
+            format!("index heads {h}")
+        })?;
+        check(NAME, d > 0 && d <= INDEX_MAX_DIM, || {
+            format!("index dim {d}")
+        })?;
+        let c = cfg((grid(NAME, splits)?, grid(NAME, rows)?, 1), 256, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.index_score, c, p) }
+    }
+
+    /// # Safety
+    /// Addresses as documented in attn_index.cu for `rows` rows; `p.sel` holds `rows*k` ints.
+    pub unsafe fn launch_attn_index_topk(
+        &self,
+        s: &CudaStream,
+        rows: usize,
+        p: &AttnIndexTopk,
+    ) -> Result<()> {
+        check(NAME, p.k > 0 && p.k as usize <= TOPK_MAX, || {
+            format!("topk {}", p.k)
+        })?;
+        let c = cfg((grid(NAME, rows)?, 1, 1), 1024, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.index_topk, c, p) }
+    }
+
+    /// # Safety
+    /// Addresses as documented in attn_sparse.cu for `rows` rows and `splits` splits.
+    pub unsafe fn launch_attn_sparse_partial(
+        &self,
+        s: &CudaStream,
+        splits: usize,
+        rows: usize,
+        p: &AttnSparse,
+    ) -> Result<()> {
+        let d = p.dim as usize;
+        check(NAME, d > 0 && d.is_multiple_of(64) && d <= VEC_MAX, || {
+            format!("sparse dim {d}")
+        })?;
+        check(NAME, (1..=SPLITS_MAX).contains(&splits), || {
+            format!("splits {splits}")
+        })?;
+        let hg = (p.heads as usize).div_ceil(SPARSE_HEADS_PER_BLOCK);
+        let c = cfg(
+            (grid(NAME, splits)?, grid(NAME, hg)?, grid(NAME, rows)?),
+            256,
+            sparse_smem_bytes(d),
+        );
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.sparse_partial, c, p) }
+    }
+
+    /// # Safety
+    /// Addresses as documented in attn_sparse.cu for `p.rows` rows.
+    pub unsafe fn launch_attn_sparse_merge(&self, s: &CudaStream, p: &AttnMerge) -> Result<()> {
+        check(NAME, p.dim > 0 && p.dim as usize <= VEC_MAX, || {
+            format!("merge dim {}", p.dim)
+        })?;
+        check(
+            NAME,
+            p.splits > 0 && p.splits as usize <= SPLITS_MAX,
+            || format!("splits {}", p.splits),
+        )?;
+        check(NAME, p.groups > 0 && p.heads % p.groups == 0, || {
+            format!("heads {} groups {}", p.heads, p.groups)
+        })?;
+        let c = cfg(
+            (
+                grid(NAME, p.heads as usize)?,
+                grid(NAME, p.rows as usize)?,
+                1,
+            ),
+            128,
+            0,
+        );
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
+    }
+
+    /// # Safety
+    /// `p.x` holds `b*k` bf16, `p.w` `n*k` bf16, `p.y` `b*n` f32.
+    pub unsafe fn launch_attn_bf16_gemv(&self, s: &CudaStream, p: &AttnBf16Gemv) -> Result<()> {
+        check(NAME, p.b > 0 && p.n > 0 && p.k > 0 && p.k % 8 == 0, || {
+            format!("bf16_gemv B {} N {} K {}", p.b, p.n, p.k)
+        })?;
+        let c = cfg((grid(NAME, (p.n as usize).div_ceil(8))?, 1, 1), 256, 0);
+        // SAFETY: caller's contract.
+        unsafe { launch_one(s, &self.kernels.attn.bf16_gemv, c, p) }
+    }
+
+    /// # Safety
+    /// `ptr` holds `n` f32.
+    pub unsafe fn launch_attn_fill_f32(
+        &self,
+        s: &CudaStream,
+        ptr: u64,
+        n: usize,
+        value: f32,
+    ) -> Result<()> {
+        let blocks = n.div_ceil(256).clamp(1, 4096);
+        let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
+        let n64 = n as u64;
+        let mut l = s.launch_builder(&self.kernels.attn.fill_f32);
+        l.arg(&ptr).arg(&n64).arg(&value);
+        // SAFETY: attn_fill_f32(p, n, value); the caller guarantees ptr holds n f32.
+        unsafe { l.launch(c) }?;
+        Ok(())
+    }
+
+    /// Fills `n` elements at `ptr` with synthetic weights of `kind` (see attn_misc.cu).
+    ///
+    /// # Safety
+    /// `ptr` holds `n` elements of the kind's type (u8 for kinds 0-1, bf16 for 2, f32 for 3-4).
+    pub unsafe fn launch_attn_synth(
+        &self,
+        s: &CudaStream,
+        ptr: u64,
+        n: usize,
+        kind: i32,
+        seed: u64,
+        amp: f32,
+    ) -> Result<()> {
+        let blocks = n.div_ceil(256).clamp(1, 8192);
+        let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
+        let n64 = n as u64;
+        let mut l = s.launch_builder(&self.kernels.attn.synth);
+        l.arg(&ptr).arg(&n64).arg(&kind).arg(&seed).arg(&amp);
+        // SAFETY: attn_synth(p, n, kind, seed, amp); the caller guarantees ptr holds n elements of the kind.
+        unsafe { l.launch(c) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,238 @@
+//! Parameter blocks of the attention kernels (`cuda/attn_*.cu`), passed by value as one kernel argument.
+//!
+//! Each struct mirrors the C struct of the same name field by field (`#[repr(C)]`; pointers as u64 device
+//! addresses first, then 4-byte fields, padded to a multiple of 8 bytes). The launchers in
+//! [`super::attn_launch`] are `unsafe`: the caller guarantees every address is valid for what the kernel
+//! reads and writes (see each kernel's header comment for the extents).
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr};
+
+use crate::error::{KernelError, Result};
+
+/// Quantisation mode of a finished vector (`ATTN_QUANT_*` in attn_common.cu).
+pub const QUANT_NONE: i32 = 0;
+/// Q8 in blocks of 64 on the non-rope channels (window rows, compressed entries).
+pub const QUANT_Q8_NOPE: i32 = 1;
+/// Hadamard over all channels then Q4 in blocks of 32 (indexer queries and keys).
+pub const QUANT_HAD_Q4: i32 = 2;
+
+/// Largest shared row of `attn_row_prep`.
+pub const ROW_PREP_MAX: usize = 8192;
+/// Largest vector of `attn_vec_prep`, `attn_compress`, `attn_sparse_*`.
+pub const VEC_MAX: usize = 512;
+/// Limits of `attn_index_score`.
+pub const INDEX_MAX_HEADS: usize = 64;
+pub const INDEX_MAX_DIM: usize = 128;
+/// Largest top-k of `attn_index_topk`.
+pub const TOPK_MAX: usize = 1024;
+/// Largest split count of `attn_sparse_merge`.
+pub const SPLITS_MAX: usize = 64;
+/// Heads per block of `attn_sparse_partial`.
+pub const SPARSE_HEADS_PER_BLOCK: usize = 16;
+
+/// The attention kernels, resolved once with the module.
+#[derive(Debug, Clone)]
+pub struct AttnKernels {
+    pub row_prep: CudaFunction,
+    pub vec_prep: CudaFunction,
+    pub compress: CudaFunction,
+    pub index_score: CudaFunction,
+    pub index_topk: CudaFunction,
+    pub sparse_partial: CudaFunction,
+    pub sparse_merge: CudaFunction,
+    pub bf16_gemv: CudaFunction,
+    pub fill_f32: CudaFunction,
+    pub synth: CudaFunction,
+}
+
+/// Dynamic shared memory of `attn_sparse_partial` for head dim `dim` (q of 16 heads + a 32-key tile).
+pub fn sparse_smem_bytes(dim: usize) -> usize {
+    4 * (SPARSE_HEADS_PER_BLOCK * dim / 2 + 32 * (dim / 2 + 1))
+}
+
+impl AttnKernels {
+    pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let get = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|source| KernelError::MissingKernel { name, source })
+        };
+        let sparse_partial = get("attn_sparse_partial")?;
+        // 49.3 KB at dim 512: above the 48 KB default, so opt in once here.
+        let bytes = i32::try_from(sparse_smem_bytes(VEC_MAX)).unwrap_or(i32::MAX);
+        sparse_partial.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )?;
+        Ok(AttnKernels {
+            row_prep: get("attn_row_prep")?,
+            vec_prep: get("attn_vec_prep")?,
+            compress: get("attn_compress")?,
+            index_score: get("attn_index_score")?,
+            index_topk: get("attn_index_topk")?,
+            sparse_partial,
+            sparse_merge: get("attn_sparse_merge")?,
+            bf16_gemv: get("attn_bf16_gemv")?,
+            fill_f32: get("attn_fill_f32")?,
+            synth: get("attn_synth")?,
+        })
+    }
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnRowPrep {
+    pub x: u64,
+    pub norm_w: u64,
+    pub out: u64,
+    pub x_f32: i32,
+    pub groups: i32,
+    pub rows: i32,
+    pub width: i32,
+    pub quant_blk: i32,
+    pub eps: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnVecPrep {
+    pub x: u64,
+    pub norm_w: u64,
+    pub freqs: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub out: u64,
+    pub x_stride: i32,
+    pub dim: i32,
+    pub rdim: i32,
+    pub rms: i32,
+    pub quant: i32,
+    pub window: i32,
+    pub eps: f32,
+    pub pad: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnCompress {
+    pub proj: u64,
+    pub ape: u64,
+    pub norm_w: u64,
+    pub freqs: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub state_kv: u64,
+    pub state_sc: u64,
+    pub cache: u64,
+    pub proj_stride: i32,
+    pub kv_off: i32,
+    pub gate_off: i32,
+    pub dc: i32,
+    pub ratio: i32,
+    pub overlap: i32,
+    pub rdim: i32,
+    pub quant: i32,
+    pub cap: i32,
+    pub eps: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnIndexScore {
+    pub q: u64,
+    pub wts: u64,
+    pub keys: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub scores: u64,
+    pub wts_stride: i32,
+    pub heads: i32,
+    pub dim: i32,
+    pub cap: i32,
+    pub ratio: i32,
+    pub k: i32,
+    pub scale: f32,
+    pub pad: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnIndexTopk {
+    pub scores: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub sel: u64,
+    pub cap: i32,
+    pub ratio: i32,
+    pub k: i32,
+    pub pad: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnSparse {
+    pub q: u64,
+    pub ring: u64,
+    pub comp: u64,
+    pub sel: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub part_o: u64,
+    pub part_ml: u64,
+    pub heads: i32,
+    pub dim: i32,
+    pub window: i32,
+    pub ratio: i32,
+    pub cap: i32,
+    pub k: i32,
+    pub scale: f32,
+    pub pad: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnMerge {
+    pub part_o: u64,
+    pub part_ml: u64,
+    pub sink: u64,
+    pub freqs: u64,
+    pub positions: u64,
+    pub out: u64,
+    pub splits: i32,
+    pub heads: i32,
+    pub dim: i32,
+    pub rdim: i32,
+    pub groups: i32,
+    pub rows: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnBf16Gemv {
+    pub x: u64,
+    pub w: u64,
+    pub y: u64,
+    pub b: i32,
+    pub n: i32,
+    pub k: i32,
+    pub pad: i32,
+}
+
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnRowPrep in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnRowPrep {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnVecPrep in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnVecPrep {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnCompress in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnCompress {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnIndexScore in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnIndexScore {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnIndexTopk in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnIndexTopk {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnSparse in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnSparse {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnMerge in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnMerge {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnBf16Gemv in cuda/attn_*.cu; no references.
+unsafe impl DeviceRepr for AttnBf16Gemv {}
