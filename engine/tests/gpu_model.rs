@@ -19,14 +19,27 @@ fn gpu_or_skip() -> bool {
     }
 }
 
-/// Official numerics (FP8/FP4 activation fake-quantisation, Q8 KV, Q4 indexer) against the f32 CPU
-/// reference. NOT the golden README's bf16 gate (agreement 0.75, median cosine 0.999), which this
-/// bf16-activation runner misses: bf16 rounding moves values across FP8/FP4 rounding boundaries (a flip
-/// is 1/16 of a value, not 1/256) and the flips compound. Measured on the H200 (2026-11-29, with the
-/// gpu-attn attention): golden agreement 0.732 / median cosine 0.9969; synthetic 0.756 / 0.9891 (without
-/// attention: 0.951 / 0.99907 and 0.854 / 0.9976). These gates guard against regressions only.
-const OFFICIAL_AGREE: f64 = 0.70;
-const OFFICIAL_COS: f64 = 0.985;
+/// Official numerics amplify rounding: one last-bit difference flips an FP8/FP4 rounding and the
+/// flip grows through the layers (golden README, "Noise floor and mistakes": a 1e-6 perturbation of
+/// an fp32 implementation already drops argmax agreement to 0.83). So official logits are checked
+/// with the README's gate for such engines: median row max |dlogit| <= 1 and argmax agreement
+/// >= 0.7, against the golden official logits and against the CPU reference's official numerics.
+const OFFICIAL_MAX_MEDIAN_DLOGIT: f32 = 1.0;
+const OFFICIAL_MIN_AGREE: f64 = 0.7;
+
+fn check_official(name: &str, gpu: &[Vec<f32>], want: &[Vec<f32>]) {
+    let (median, agree) = official_smoke(gpu, want);
+    let (_, cos, _) = compare(gpu, want);
+    eprintln!("{name}: median row max |dlogit| {median:.4}, argmax agreement {agree:.3}, median cosine {cos:.6}");
+    assert!(
+        median <= OFFICIAL_MAX_MEDIAN_DLOGIT,
+        "{name}: median row max |dlogit| {median}"
+    );
+    assert!(
+        agree >= OFFICIAL_MIN_AGREE,
+        "{name}: argmax agreement {agree}"
+    );
+}
 
 fn golden_case() -> Option<Case> {
     let dir = data_dir()?.join("tiny-v4-small");
@@ -56,7 +69,28 @@ fn golden_quant_matches_cpu_reference() {
         return;
     };
     check_case(&case, Numerics::Reference, 0.95, 0.999);
-    check_case(&case, Numerics::Official, OFFICIAL_AGREE, OFFICIAL_COS);
+    // The golden README's bf16-engine gate against the independent implementation's logits.
+    let set = data_dir()
+        .expect("data dir")
+        .join("tiny-v4-small/golden/quant");
+    let gpu_ref = run_gpu(&case, Numerics::Reference, true);
+    let (agree, cos, _) = compare(&gpu_ref, &read_npy_rows(&set.join("logits.npy")));
+    eprintln!("golden logits.npy: argmax agreement {agree:.3}, median cosine {cos:.6}");
+    assert!(
+        agree >= 0.75 && cos >= 0.999,
+        "bf16-engine gate: {agree} / {cos}"
+    );
+    let gpu_off = run_gpu(&case, Numerics::Official, true);
+    check_official(
+        "golden official logits",
+        &gpu_off,
+        &read_npy_rows(&set.join("logits_official.npy")),
+    );
+    check_official(
+        "CPU official",
+        &gpu_off,
+        &run_cpu(&case, Numerics::Official),
+    );
 }
 
 #[test]
@@ -67,7 +101,12 @@ fn synthetic_quant_matches_cpu_reference() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let case = Case::synthetic(tmp.path(), 150, 40);
     check_case(&case, Numerics::Reference, 0.95, 0.999);
-    check_case(&case, Numerics::Official, OFFICIAL_AGREE, OFFICIAL_COS);
+    let gpu_off = run_gpu(&case, Numerics::Official, true);
+    check_official(
+        "synthetic, CPU official",
+        &gpu_off,
+        &run_cpu(&case, Numerics::Official),
+    );
 }
 
 #[test]

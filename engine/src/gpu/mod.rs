@@ -5,9 +5,6 @@
 //! GPU support is restricted to FP8-linear / FP4-expert checkpoints (the published format); a BF16
 //! checkpoint fails to load with [`RunnerError::Unsupported`] and runs on the CPU backend instead.
 
-/// True while `attention` is a zero-output stand-in (tests then compare against a CPU model without
-/// attention). The real attention block (branch gpu-attn) is merged.
-pub const ATTENTION_STUB: bool = false;
 pub mod attention;
 mod backend;
 mod error;

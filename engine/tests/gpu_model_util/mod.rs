@@ -4,12 +4,10 @@
 
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, CpuBackend, Work};
-use dsv4_engine::gpu::{GpuBackend, GpuOptions, ATTENTION_STUB};
+use dsv4_engine::gpu::{GpuBackend, GpuOptions};
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
-use dsv4_engine::reference::mhc::{hc_post, hc_pre};
-use dsv4_engine::reference::ops::rmsnorm_rows;
-use dsv4_engine::reference::{moe, Model};
+use dsv4_engine::reference::Model;
 use std::path::{Path, PathBuf};
 
 pub fn data_dir() -> Option<PathBuf> {
@@ -117,34 +115,7 @@ pub fn run_gpu(case: &Case, numerics: Numerics, graphs: bool) -> Vec<Vec<f32>> {
 pub fn run_cpu(case: &Case, numerics: Numerics) -> Vec<Vec<f32>> {
     let ck = Checkpoint::open(&case.dir).expect("checkpoint");
     let model = Model::from_checkpoint(&ck, numerics).expect("model");
-    if ATTENTION_STUB {
-        return cpu_without_attention(&model, case);
-    }
     teacher_forced(&mut CpuBackend::new(model, 4096), case)
-}
-
-/// The CPU reference with every attention output zero (matches the GPU runner's attention stand-in).
-fn cpu_without_attention(model: &Model, case: &Case) -> Vec<Vec<f32>> {
-    let cfg = &model.cfg;
-    let (d, n) = (cfg.hidden_size, cfg.hc_mult);
-    let tokens: Vec<u32> = case.prompt.iter().chain(&case.fed).copied().collect();
-    let mut x: Vec<f32> = Vec::with_capacity(tokens.len() * n * d);
-    for &t in &tokens {
-        let row = &model.weights.embed[t as usize * d..(t as usize + 1) * d];
-        (0..n).for_each(|_| x.extend_from_slice(row));
-    }
-    let (eps, hc_eps, it) = (cfg.rms_norm_eps, cfg.hc_eps, cfg.hc_sinkhorn_iters);
-    for w in &model.weights.blocks {
-        let (_, mix) = hc_pre(&w.hc_attn, &x, n, d, eps, hc_eps, it);
-        hc_post(&vec![0.0; tokens.len() * d], &mut x, &mix, n, d);
-        let (mut m, mix) = hc_pre(&w.hc_ffn, &x, n, d, eps, hc_eps, it);
-        rmsnorm_rows(&mut m, &w.ffn_norm, eps);
-        let (f, _) = moe::forward(cfg, &w.moe, &m, &tokens, model.numerics);
-        hc_post(&f, &mut x, &mix, n, d);
-    }
-    let first = case.prompt.len() - 1;
-    let logits = model.head_logits(&x[first * n * d..]);
-    logits.chunks(cfg.vocab_size).map(<[f32]>::to_vec).collect()
 }
 
 pub fn argmax(v: &[f32]) -> usize {
@@ -190,4 +161,41 @@ pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// Rows of a golden float32 `.npy` logits file (`[rows, vocab]`, C order).
+pub fn read_npy_rows(path: &Path) -> Vec<Vec<f32>> {
+    let b = std::fs::read(path).expect("read npy");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = String::from_utf8_lossy(&b[10..10 + hlen]).to_string();
+    let shape = header.split("'shape': (").nth(1).expect("shape");
+    let vocab: usize = shape
+        .split(',')
+        .nth(1)
+        .expect("2-d")
+        .trim()
+        .trim_end_matches(')')
+        .parse()
+        .expect("vocab");
+    b[10 + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect::<Vec<f32>>()
+        .chunks(vocab)
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+/// (median over rows of max |d logit|, argmax agreement): the golden README's smoke gate for
+/// engines with the official activation fake-quantisation.
+pub fn official_smoke(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f32, f64) {
+    assert_eq!(got.len(), want.len(), "row counts differ");
+    let mut diffs: Vec<f32> = got.iter().zip(want).map(|(g, w)| max_diff(g, w)).collect();
+    diffs.sort_by(f32::total_cmp);
+    let agree = got
+        .iter()
+        .zip(want)
+        .filter(|(g, w)| argmax(g) == argmax(w))
+        .count();
+    (diffs[diffs.len() / 2], agree as f64 / got.len() as f64)
 }
