@@ -4,12 +4,20 @@
 //! Prints microseconds per step, launched one by one and replayed as a captured CUDA graph (which also
 //! checks capturability). Skips without a GPU.
 //!
-//! H200, first version (Official numerics, graph replay, us/step): SWA 203 (B1) / 170 (B8) / 369 (B64);
-//! CSA 283 (B1, pos 4095) / 319 (B1, pos 65534) / 344 (B8) / 1191 (B64); HCA 229 / 218 / 233 / 694.
-//! About 5x off the weight-bandwidth floor at B1: dominated by the 8 separate wo_a GEMVs (+ split-K reduces)
-//! and single-block glue kernels, see the report of the gpu-attn branch.
+//! H200, Official numerics, graph replay, us/step (first version -> attn-perf branch):
+//!   SWA  B1 203 -> 117, B8 170 -> 122, B64 369 -> 328
+//!   CSA  B1 283 -> 206 (pos 4095), 319 -> 242 (pos 65534), B8 344 -> 274, B64 1191 -> 945
+//!   HCA  B1 229 -> 150, B8 233 -> 157, B64 694 -> 443
+//! attn-perf: wo_a's 8 groups in one launch, all FP8/bf16 projections through grouped GEMVs with the split-K
+//! reduction inside the kernel (4-5 launches instead of ~22), tensor-core bf16 GEMV, row_prep cut in pieces.
+//! Eager per-stage times of that version at B1 CSA pos 4095 (include ~5 us launch gaps each): wq_a+wkv 10,
+//! wq_b(+indexer) 20, bf16 lin 14, wo_a 20, wo_b 17; attention 33 + merge 31, index score 15 + topk 28,
+//! compressors 13 + 9, q/kv prep 13. Next: attention/merge and the indexer top-k (pos 65534: score 41, topk
+//! 52), the HCA compressor on its pooling step (28), then the fp8 GEMV body's bandwidth (wq_b at ~55%).
 use dsv4_engine::api::Numerics;
-use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, StepMeta};
+use dsv4_engine::gpu::attention::{
+    decode, decode_profiled, AttnLayer, AttnScratch, AttnState, StepMeta,
+};
 use dsv4_engine::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::sys;
 use dsv4_kernels::{bf16, Gpu, GpuContext};
@@ -115,6 +123,31 @@ fn full_size_decode_timing() {
                 let finite = o[..rows * 4096].iter().all(|v| v.to_f32().is_finite());
                 println!("  rows {rows:2} pos {pos:6} {nm:?}: {us:8.1} us/step launched, {gus:8.1} us/step as a graph (finite: {finite})");
                 assert!(finite);
+                // Per-stage breakdown of one eager step (includes launch gaps, so it sums above the graph time).
+                let mut marks = Vec::new();
+                decode_profiled(
+                    &ctx,
+                    s,
+                    &l,
+                    &mut state,
+                    &meta,
+                    rows,
+                    &a,
+                    &mut scratch,
+                    &mut out,
+                    nm,
+                    &mut marks,
+                )
+                .expect("profiled decode");
+                s.synchronize().expect("sync");
+                let parts: Vec<String> = marks
+                    .windows(2)
+                    .map(|w| {
+                        let ms = w[0].1.elapsed_ms(&w[1].1).expect("elapsed");
+                        format!("{} {:.1}", w[1].0, ms * 1000.0)
+                    })
+                    .collect();
+                println!("    stages (us): {}", parts.join(", "));
             }
         }
     }

@@ -3,7 +3,9 @@
 // attn_row_prep: one row of activations -> bf16 GEMV input.
 //   out[r, g*width + c] = x[(g*rows + r)*width + c]   (gathers group-major [G, rows, width] into rows; G = 1
 //   is a plain copy); then optionally RMSNorm with weight, then optionally the FP8 activation fake-quant in blocks of `quant_blk` (official numerics, feeding an
-//   FP8 GEMM). x is f32 or bf16. Launch: grid rows, block 256; G*width <= 8192 (shared row).
+//   FP8 GEMM). x is f32 or bf16. Launch: grid (rows, chunks), block 256; G*width <= 8192 (shared row).
+//   Without a norm the row is cut into `chunks` pieces of whole quant blocks (one block per piece: the 8192-wide
+//   wo_b input no longer runs on one SM per row); with a norm chunks must be 1.
 // attn_vec_prep: per (vector, row) of `dim` channels (q heads, indexer q heads, the kv row):
 //   [RMS with weight | weightless RMS] -> RoPE at the row's position -> quant mode -> bf16 store,
 //   either at out[(row*nvec + v)*dim] or, in ring mode, at the window ring row slot*window + pos % window.
@@ -12,7 +14,8 @@
 //   rounds the norm outputs to bf16 before its quantisers; doing that here made quantisation flips against
 //   the CPU reference 5x more frequent: Official-mode row error median 2.9e-2 instead of the bf16 level.)
 //   The quantised values (e4m3 * 2^k, e2m1 * 2^k) are exact in bf16, so the store loses nothing there.
-// Variants tried: none yet (these are tiny: < 3 us each at the real dims).
+// Variants tried: row_prep with one block per row (first version); split into 1024-wide pieces when there is
+//   no norm (wo_b input 8192 wide, x 4096 wide).
 #include "common.cuh"
 
 struct AttnRowPrep {
@@ -27,18 +30,27 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
     __shared__ float v[8192];
     __shared__ float red[33];
     const int r = blockIdx.x, n = p.groups * p.width;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const int g = i / p.width, c = i - g * p.width;
+    // Piece [c0, c1) of the row: whole quant blocks, so the blocks match those of the unsplit row.
+    int per = n;
+    if (!p.norm_w && gridDim.y > 1) {
+        const int q = p.quant_blk > 0 ? p.quant_blk : 1;
+        per = ((n + gridDim.y - 1) / gridDim.y + q - 1) / q * q;
+    }
+    const int c0 = blockIdx.y * per, c1 = min(n, c0 + per);
+    if (c0 >= c1) return;
+    const int len = c1 - c0;
+    for (int i = threadIdx.x; i < len; i += blockDim.x) {
+        const int e = c0 + i, g = e / p.width, c = e - g * p.width;
         const u64 src = ((u64)g * p.rows + r) * p.width + c;
         v[i] = p.x_f32 ? ((const float*)p.x)[src] : bf16_to_f32(((const u16*)p.x)[src]);
     }
     __syncthreads();
     if (p.norm_w) attn_rms_smem(v, n, p.norm_w, p.eps, red);
     if (p.quant_blk > 0) {
-        attn_fake_quant_smem(v, n, p.quant_blk, 0);
+        attn_fake_quant_smem(v, len, p.quant_blk, 0);
         __syncthreads();
     }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) p.out[(u64)r * n + i] = f32_to_bf16(v[i]);
+    for (int i = threadIdx.x; i < len; i += blockDim.x) p.out[(u64)r * n + c0 + i] = f32_to_bf16(v[i]);
 }
 
 struct AttnVecPrep {

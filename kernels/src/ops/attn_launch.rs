@@ -4,7 +4,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKer
 
 use super::attn_params::*;
 use super::grid;
-use crate::context::GpuContext;
+use crate::context::{nt_index, GpuContext};
 use crate::error::{check, Result};
 
 const NAME: &str = "attn";
@@ -47,7 +47,13 @@ impl GpuContext {
         check(NAME, n > 0 && n <= ROW_PREP_MAX, || {
             format!("row_prep row {n}")
         })?;
-        let c = cfg((grid(NAME, p.rows as usize)?, 1, 1), 256, 0);
+        // Without a norm the row is cut into 1024-wide pieces (whole quant blocks, see attn_prep.cu).
+        let pieces = if p.norm_w == 0 { n.div_ceil(1024) } else { 1 };
+        let c = cfg(
+            (grid(NAME, p.rows as usize)?, grid(NAME, pieces)?, 1),
+            256,
+            0,
+        );
         // SAFETY: caller's contract.
         unsafe { launch_one(s, &self.kernels.attn.row_prep, c, p) }
     }
@@ -177,15 +183,59 @@ impl GpuContext {
         unsafe { launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
     }
 
+    /// Grouped GEMV (attn_gemv.cu) over the first `groups` entries of `p`, `splits` K splits (see
+    /// [`gemv_splits`]); `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
+    ///
     /// # Safety
-    /// `p.x` holds `b*k` bf16, `p.w` `n*k` bf16, `p.y` `b*n` f32.
-    pub unsafe fn launch_attn_bf16_gemv(&self, s: &CudaStream, p: &AttnBf16Gemv) -> Result<()> {
-        check(NAME, p.b > 0 && p.n > 0 && p.k > 0 && p.k % 8 == 0, || {
-            format!("bf16_gemv B {} N {} K {}", p.b, p.n, p.k)
+    /// For g < groups: `p.x[g]` holds `b*k` bf16, `p.w[g]` `n[g]*k` weights (+ `p.s[g]` the UE8M0 scales for
+    /// FP8), `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 / `cnt_len` zeroed u32.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_attn_gemv(
+        &self,
+        s: &CudaStream,
+        wt: GemvWeights,
+        groups: usize,
+        splits: usize,
+        p: &AttnGemv,
+        ws_len: usize,
+        cnt_len: usize,
+    ) -> Result<()> {
+        let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
+        let align = if wt == GemvWeights::Fp8 { 16 } else { 8 };
+        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
+            format!("gemv groups {groups}")
         })?;
-        let c = cfg((grid(NAME, (p.n as usize).div_ceil(8))?, 1, 1), 256, 0);
-        // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.bf16_gemv, c, p) }
+        check(
+            NAME,
+            (1..=64).contains(&b) && k > 0 && k.is_multiple_of(align) && splits >= 1,
+            || format!("gemv B {b} K {k} splits {splits}"),
+        )?;
+        check(
+            NAME,
+            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
+            || format!("gemv n {:?} nmax {nmax}", &p.n[..groups]),
+        )?;
+        check(
+            NAME,
+            ws_len >= gemv_ws_len(groups, splits, b, nmax)
+                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
+            || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
+        )?;
+        let c = cfg(
+            (
+                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
+                grid(NAME, splits)?,
+                grid(NAME, groups)?,
+            ),
+            256,
+            0,
+        );
+        let f = match wt {
+            GemvWeights::Fp8 => &self.kernels.attn.fp8_gemv[nt_index(b)],
+            GemvWeights::Bf16 => &self.kernels.attn.bf16_gemv[nt_index(b)],
+        };
+        // SAFETY: caller's contract; shapes checked above.
+        unsafe { launch_one(s, f, c, p) }
     }
 
     /// # Safety

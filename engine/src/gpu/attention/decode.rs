@@ -1,90 +1,24 @@
 //! One decode step of the attention block (spec §2.4-2.6, §2.10 decode order) for a batch of rows, each the
-//! next token of a different sequence slot. Launch order: projections, window write, compressors (both
-//! before scoring/attention: an entry completed by this token is visible to it), indexer scores + top-k,
-//! split attention + merge (sink, inverse rope), wo_a per group, wo_b.
+//! next token of a different sequence slot. Launch order: projections (wq_a + wkv in one grouped GEMV, wq_b +
+//! the indexer's wq_b in another), window write, compressors (both before scoring/attention: an entry
+//! completed by this token is visible to it), indexer scores + top-k, split attention + merge (sink, inverse
+//! rope), the 8 wo_a groups in one grouped GEMV, wo_b. The grouped GEMVs reduce their split-K partials inside
+//! the kernel (attn_gemv.cu), so no projection needs a second launch.
 use super::error::{ensure, GpuError};
-use super::layer::{AttnLayer, CompressorDev, Fp8Linear};
+use super::layer::AttnLayer;
 use super::scratch::AttnScratch;
-use super::state::{AttnState, CompCache, StepMeta};
-use super::{dptr, dptr_mut};
+use super::state::{AttnState, StepMeta};
+use super::step::{Job, StageMarks, Step};
+use super::{dptr, dptr_mut, stages};
 use crate::api::Numerics;
 use crate::model::ModelConfig;
 use dsv4_kernels::attn::*;
-use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use dsv4_kernels::{bf16, GemvOut, GpuContext};
+use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
+use dsv4_kernels::{bf16, GpuContext};
+use std::cell::RefCell;
 
 /// FP8 activation-quant block of the official numerics.
 const ACT_BLOCK: i32 = 128;
-
-/// What one step needs besides buffers.
-struct Step<'a> {
-    ctx: &'a GpuContext,
-    s: &'a CudaStream,
-    cfg: &'a ModelConfig,
-    rows: usize,
-    official: bool,
-    slots: u64,
-    positions: u64,
-}
-
-impl Step<'_> {
-    fn gemv(
-        &self,
-        w: &Fp8Linear,
-        x: &impl DevicePtr<bf16>,
-        out: GemvOut<'_>,
-        ws: &mut CudaSlice<f32>,
-    ) -> Result<(), GpuError> {
-        let plan = self.ctx.fp8_gemv_plan(self.rows, w.n, w.k)?;
-        self.ctx
-            .launch_fp8_gemv(self.s, &plan, x, &w.w, &w.scale, out, Some(ws))?;
-        Ok(())
-    }
-
-    fn quant(&self, q: i32) -> i32 {
-        if self.official {
-            q
-        } else {
-            QUANT_NONE
-        }
-    }
-
-    /// Pushes this step's tokens into a compressor (see attn_compress.cu).
-    fn compress(
-        &self,
-        c: &CompressorDev,
-        cache: &mut CompCache,
-        layer: &AttnLayer,
-        proj: u64,
-        quant: i32,
-    ) -> Result<(), GpuError> {
-        let p = AttnCompress {
-            proj,
-            ape: dptr(&c.ape, self.s),
-            norm_w: dptr(&c.norm, self.s),
-            freqs: dptr(&layer.freqs, self.s),
-            slots: self.slots,
-            positions: self.positions,
-            state_kv: dptr_mut(&mut cache.kv, self.s),
-            state_sc: dptr_mut(&mut cache.sc, self.s),
-            cache: dptr_mut(&mut cache.cache, self.s),
-            proj_stride: layer.lin_rows as i32,
-            kv_off: c.kv_off as i32,
-            gate_off: c.gate_off as i32,
-            dc: c.dim as i32,
-            ratio: c.ratio as i32,
-            overlap: i32::from(c.overlap),
-            rdim: self.cfg.qk_rope_head_dim as i32,
-            quant: self.quant(quant),
-            cap: cache.cap as i32,
-            eps: self.cfg.rms_norm_eps,
-        };
-        // SAFETY: proj holds rows x lin_rows f32 (scratch.proj, checked), ape/norm/freqs are the layer's, the
-        // state and cache buffers are [slots, ...] of this layer kind, meta holds `rows` slots < state.slots.
-        unsafe { self.ctx.launch_attn_compress(self.s, self.rows, &p) }?;
-        Ok(())
-    }
-}
 
 fn check(
     layer: &AttnLayer,
@@ -121,9 +55,15 @@ fn check(
         sc.proj.len() >= rows * layer.lin_rows && state.dim == cfg.head_dim,
         || "scratch/state dims".into(),
     )?;
-    ensure(cfg.index_topk <= TOPK_MAX, || {
-        format!("index_topk {} > {TOPK_MAX}", cfg.index_topk)
-    })
+    ensure(
+        cfg.index_topk <= TOPK_MAX && (1..=GEMV_GROUPS).contains(&cfg.o_groups),
+        || {
+            format!(
+                "index_topk {} (<= {TOPK_MAX}), o_groups {} (1..={GEMV_GROUPS})",
+                cfg.index_topk, cfg.o_groups
+            )
+        },
+    )
 }
 
 /// One decode step for `rows` rows (row i = the sequence in slot `meta.slots[i]` at `meta.positions[i]`).
@@ -143,6 +83,57 @@ pub fn decode(
     out: &mut CudaSlice<bf16>,
     numerics: Numerics,
 ) -> Result<(), GpuError> {
+    run(
+        ctx, stream, layer, state, meta, rows, a, sc, out, numerics, None,
+    )
+}
+
+/// [`decode`] with a CUDA event recorded after each stage into `marks` (name, event): a per-kernel time
+/// breakdown of an eager step (not for graph capture). Times: `marks[i-1].1.elapsed_ms(&marks[i].1)`.
+#[doc(hidden)]
+#[allow(clippy::too_many_arguments)]
+pub fn decode_profiled(
+    ctx: &GpuContext,
+    stream: &CudaStream,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    meta: &StepMeta,
+    rows: usize,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+    out: &mut CudaSlice<bf16>,
+    numerics: Numerics,
+    marks: &mut StageMarks,
+) -> Result<(), GpuError> {
+    run(
+        ctx,
+        stream,
+        layer,
+        state,
+        meta,
+        rows,
+        a,
+        sc,
+        out,
+        numerics,
+        Some(RefCell::new(marks)),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run<'a>(
+    ctx: &'a GpuContext,
+    stream: &'a CudaStream,
+    layer: &'a AttnLayer,
+    state: &mut AttnState,
+    meta: &StepMeta,
+    rows: usize,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+    out: &mut CudaSlice<bf16>,
+    numerics: Numerics,
+    marks: Option<RefCell<&'a mut StageMarks>>,
+) -> Result<(), GpuError> {
     let cfg = &layer.cfg;
     check(layer, state, meta, rows, cfg, sc, (a.len(), out.len()))?;
     let st = Step {
@@ -153,14 +144,17 @@ pub fn decode(
         official: numerics == Numerics::Official,
         slots: dptr(&meta.slots, stream),
         positions: dptr(&meta.positions, stream),
+        marks,
     };
+    st.mark("start")?;
     project(&st, layer, state, a, sc)?;
     let proj = dptr(&sc.proj, stream);
     if let (Some(c), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
-        st.compress(c, cache, layer, proj, QUANT_Q8_NOPE)?;
+        stages::compress(&st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
+        st.mark("compress")?;
     }
-    indexer(&st, layer, state, sc)?;
-    attend(&st, layer, state, sc)?;
+    stages::indexer(&st, layer, state, sc)?;
+    stages::attend(&st, layer, state, sc)?;
     output(&st, layer, sc, out)
 }
 
@@ -186,10 +180,15 @@ fn project(
         };
         // SAFETY: a holds rows x hidden bf16 (checked), xq rows x hidden.
         unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
+        st.mark("x quant")?;
     }
-    let x = if st.official { &sc.xq } else { a };
-    st.gemv(&layer.wq_a, x, GemvOut::f32(&mut sc.qr_f32, s), &mut sc.ws)?;
-    st.gemv(&layer.wkv, x, GemvOut::f32(&mut sc.kv_f32, s), &mut sc.ws)?;
+    let x = dptr(if st.official { &sc.xq } else { a }, s);
+    let jobs = [
+        Job::fp8(&layer.wq_a, x, dptr_mut(&mut sc.qr_f32, s), s),
+        Job::fp8(&layer.wkv, x, dptr_mut(&mut sc.kv_f32, s), s),
+    ];
+    st.gemv(GemvWeights::Fp8, d, false, &jobs, sc)?;
+    st.mark("wq_a+wkv")?;
     let p = AttnRowPrep {
         x: dptr(&sc.qr_f32, s),
         norm_w: dptr(&layer.q_norm, s),
@@ -203,12 +202,19 @@ fn project(
     };
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
-    st.gemv(
-        &layer.wq_b,
-        &sc.qr,
-        GemvOut::f32(&mut sc.q_f32, s),
-        &mut sc.ws,
-    )?;
+    st.mark("q norm")?;
+    // wq_b and the indexer's wq_b read the same qr: one launch.
+    let qr = dptr(&sc.qr, s);
+    let q_job = Job::fp8(&layer.wq_b, qr, dptr_mut(&mut sc.q_f32, s), s);
+    let k = cfg.q_lora_rank;
+    match &layer.index {
+        Some(ix) => {
+            let iq_job = Job::fp8(&ix.wq_b, qr, dptr_mut(&mut sc.iq_f32, s), s);
+            st.gemv(GemvWeights::Fp8, k, false, &[q_job, iq_job], sc)?;
+        }
+        None => st.gemv(GemvWeights::Fp8, k, false, &[q_job], sc)?,
+    }
+    st.mark("wq_b")?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
     let base = AttnVecPrep {
         freqs: dptr(&layer.freqs, s),
@@ -242,151 +248,23 @@ fn project(
     };
     // SAFETY: kv_f32 holds rows x head_dim; ring is [slots, window, head_dim] and meta slots < slots.
     unsafe { st.ctx.launch_attn_vec_prep(s, 1, rows, &kv) }?;
+    st.mark("q/kv prep")?;
     if let Some(lin) = &layer.lin {
-        let p = AttnBf16Gemv {
+        // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16.
+        let job = Job {
             x: dptr(a, s),
             w: dptr(lin, s),
-            y: dptr_mut(&mut sc.proj, s),
-            b: rows as i32,
-            n: layer.lin_rows as i32,
-            k: d as i32,
-            pad: 0,
+            out: dptr_mut(&mut sc.proj, s),
+            n: layer.lin_rows,
+            ..Default::default()
         };
-        // SAFETY: a rows x hidden, lin lin_rows x hidden (checked at load), proj >= rows x lin_rows (checked).
-        unsafe { st.ctx.launch_attn_bf16_gemv(s, &p) }?;
+        st.gemv(GemvWeights::Bf16, d, false, &[job], sc)?;
+        st.mark("bf16 lin")?;
     }
     Ok(())
 }
 
-/// CSA: indexer keys, queries, scores over the live entries, top-k into `sc.sel`.
-fn indexer(
-    st: &Step<'_>,
-    layer: &AttnLayer,
-    state: &mut AttnState,
-    sc: &mut AttnScratch,
-) -> Result<(), GpuError> {
-    let (Some(ix), Some(keys), Some(scores)) =
-        (&layer.index, state.index.as_mut(), state.scores.as_mut())
-    else {
-        return Ok(());
-    };
-    let (s, cfg, rows) = (st.s, st.cfg, st.rows);
-    st.compress(&ix.comp, keys, layer, dptr(&sc.proj, s), QUANT_HAD_Q4)?;
-    st.gemv(
-        &ix.wq_b,
-        &sc.qr,
-        GemvOut::f32(&mut sc.iq_f32, s),
-        &mut sc.ws,
-    )?;
-    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
-    let p = AttnVecPrep {
-        x: dptr(&sc.iq_f32, s),
-        freqs: dptr(&layer.freqs, s),
-        positions: st.positions,
-        out: dptr_mut(&mut sc.iq, s),
-        x_stride: (ih * id) as i32,
-        dim: id as i32,
-        rdim: cfg.qk_rope_head_dim as i32,
-        quant: st.quant(QUANT_HAD_Q4),
-        ..Default::default()
-    };
-    // SAFETY: iq_f32 / iq hold rows x ih x id.
-    unsafe { st.ctx.launch_attn_vec_prep(s, ih, rows, &p) }?;
-    let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
-    let p = AttnIndexScore {
-        q: dptr(&sc.iq, s),
-        wts: dptr(&sc.proj, s) + 4 * ix.wts_off as u64,
-        keys: dptr(&keys.cache, s),
-        slots: st.slots,
-        positions: st.positions,
-        scores: dptr_mut(scores, s),
-        wts_stride: layer.lin_rows as i32,
-        heads: ih as i32,
-        dim: id as i32,
-        cap,
-        ratio: ix.comp.ratio as i32,
-        k,
-        scale: ((id * ih) as f32).powf(-0.5),
-        pad: 0,
-    };
-    // SAFETY: wts points at column wts_off of proj (rows x lin_rows); keys [slots, cap, id]; scores [slots, cap].
-    unsafe {
-        st.ctx
-            .launch_attn_index_score(s, sc.score_blocks[rows - 1], rows, &p)
-    }?;
-    let p = AttnIndexTopk {
-        scores: dptr(scores, s),
-        slots: st.slots,
-        positions: st.positions,
-        sel: dptr_mut(&mut sc.sel, s),
-        cap,
-        ratio: ix.comp.ratio as i32,
-        k,
-        pad: 0,
-    };
-    // SAFETY: scores [slots, cap]; sel holds max_rows x index_topk ints.
-    unsafe { st.ctx.launch_attn_index_topk(s, rows, &p) }?;
-    Ok(())
-}
-
-/// Split attention over window + compressed keys, then the merge with sink and inverse rope.
-fn attend(
-    st: &Step<'_>,
-    layer: &AttnLayer,
-    state: &AttnState,
-    sc: &mut AttnScratch,
-) -> Result<(), GpuError> {
-    let (s, cfg, rows) = (st.s, st.cfg, st.rows);
-    let splits = sc.splits[rows - 1];
-    let (comp, cap, ratio) = match (&state.comp, &layer.comp) {
-        (Some(c), Some(l)) => (dptr(&c.cache, s), c.cap as i32, l.ratio as i32),
-        _ => (0, 0, 0),
-    };
-    let p = AttnSparse {
-        q: dptr(&sc.q, s),
-        ring: dptr(&state.ring, s),
-        comp,
-        sel: if layer.index.is_some() {
-            dptr(&sc.sel, s)
-        } else {
-            0
-        },
-        slots: st.slots,
-        positions: st.positions,
-        part_o: dptr_mut(&mut sc.part_o, s),
-        part_ml: dptr_mut(&mut sc.part_ml, s),
-        heads: cfg.num_attention_heads as i32,
-        dim: cfg.head_dim as i32,
-        window: state.window as i32,
-        ratio,
-        cap,
-        k: cfg.index_topk as i32,
-        scale: (cfg.head_dim as f32).powf(-0.5),
-        pad: 0,
-    };
-    // SAFETY: q rows x heads x dim; ring/comp are the state's [slots, ...]; sel rows x k (CSA); part_* hold
-    // rows x splits x heads (x dim) since splits = sc.splits[rows-1] sized them.
-    unsafe { st.ctx.launch_attn_sparse_partial(s, splits, rows, &p) }?;
-    let m = AttnMerge {
-        part_o: dptr(&sc.part_o, s),
-        part_ml: dptr(&sc.part_ml, s),
-        sink: dptr(&layer.sink, s),
-        freqs: dptr(&layer.freqs, s),
-        positions: st.positions,
-        out: dptr_mut(&mut sc.o, s),
-        splits: splits as i32,
-        heads: cfg.num_attention_heads as i32,
-        dim: cfg.head_dim as i32,
-        rdim: cfg.qk_rope_head_dim as i32,
-        groups: cfg.o_groups as i32,
-        rows: rows as i32,
-    };
-    // SAFETY: as above; o holds rows x heads x dim bf16; sink heads f32.
-    unsafe { st.ctx.launch_attn_sparse_merge(s, &m) }?;
-    Ok(())
-}
-
-/// wo_a per group (no activation quant), regroup (+ FP8 act quant in official numerics), wo_b.
+/// wo_a, all groups in one launch (no activation quant), regroup (+ FP8 act quant in official numerics), wo_b.
 fn output(
     st: &Step<'_>,
     layer: &AttnLayer,
@@ -398,11 +276,16 @@ fn output(
         cfg.num_attention_heads * cfg.head_dim / cfg.o_groups,
         cfg.o_lora_rank,
     );
-    for (g, w) in layer.wo_a.iter().enumerate() {
-        let x = sc.o.slice(g * rows * g_in..(g + 1) * rows * g_in);
-        let mut u = sc.u_f32.slice_mut(g * rows * lora..(g + 1) * rows * lora);
-        st.gemv(w, &x, GemvOut::f32(&mut u, s), &mut sc.ws)?;
+    // All groups in one launch: group g reads o[g] [rows, g_in] bf16 and writes u_f32[g] [rows, lora].
+    let (o, u) = (dptr(&sc.o, s), dptr_mut(&mut sc.u_f32, s));
+    let mut jobs = [Job::default(); GEMV_GROUPS];
+    let groups = layer.wo_a.len().min(GEMV_GROUPS);
+    for (g, w) in layer.wo_a.iter().take(groups).enumerate() {
+        let x = o + (2 * g * rows * g_in) as u64;
+        jobs[g] = Job::fp8(w, x, u + (4 * g * rows * lora) as u64, s);
     }
+    st.gemv(GemvWeights::Fp8, g_in, false, &jobs[..groups], sc)?;
+    st.mark("wo_a")?;
     let p = AttnRowPrep {
         x: dptr(&sc.u_f32, s),
         out: dptr_mut(&mut sc.u, s),
@@ -415,5 +298,8 @@ fn output(
     };
     // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
-    st.gemv(&layer.wo_b, &sc.u, GemvOut::bf16(out, s), &mut sc.ws)
+    st.mark("u quant")?;
+    let job = Job::fp8(&layer.wo_b, dptr(&sc.u, s), dptr_mut(out, s), s);
+    st.gemv(GemvWeights::Fp8, layer.wo_b.k, true, &[job], sc)?;
+    st.mark("wo_b")
 }

@@ -9,15 +9,18 @@ mod error;
 mod layer;
 mod rope;
 mod scratch;
+mod stages;
 mod state;
+mod step;
 mod synth;
 
-pub use decode::decode;
+pub use decode::{decode, decode_profiled};
 pub use error::GpuError;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
 pub use rope::rope_freqs;
 pub use scratch::{AttnScratch, MAX_ROWS};
 pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
+pub use step::StageMarks;
 
 use dsv4_kernels::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 

@@ -2,7 +2,10 @@
 //! `decode`, so a captured graph replays with the same addresses).
 use super::error::{ensure, GpuError};
 use crate::model::ModelConfig;
-use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
+use dsv4_kernels::attn::{
+    gemv_cnt_len, gemv_splits, gemv_ws_len, GemvWeights, GEMV_ROW_TILE, SPARSE_HEADS_PER_BLOCK,
+    SPLITS_MAX,
+};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{bf16, GpuContext};
 
@@ -31,7 +34,21 @@ pub struct AttnScratch {
     pub o: CudaSlice<bf16>,
     pub u_f32: CudaSlice<f32>,
     pub u: CudaSlice<bf16>,
+    /// Split-K partials of the grouped GEMVs.
     pub ws: CudaSlice<f32>,
+    /// Split-K arrival counters of the grouped GEMVs (zero between launches).
+    pub(crate) cnt: CudaSlice<u32>,
+}
+
+/// Workspace and counter lengths of one grouped GEMV over groups of `ns` rows at batch `rows`.
+fn gemv_need(sms: usize, rows: usize, ns: &[usize], k: usize, wt: GemvWeights) -> (usize, usize) {
+    let tiles = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
+    let nmax = ns.iter().copied().max().unwrap_or(0);
+    let splits = gemv_splits(sms, tiles, k, wt);
+    (
+        gemv_ws_len(ns.len(), splits, rows, nmax),
+        gemv_cnt_len(ns.len(), nmax),
+    )
 }
 
 /// Splits over the keys so that about two blocks per SM exist even at batch 1.
@@ -66,18 +83,19 @@ impl AttnScratch {
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         let lin_max = 4 * cfg.head_dim + 4 * id + ih;
         let lora = cfg.o_groups * cfg.o_lora_rank;
-        let shapes = [
-            (cfg.q_lora_rank, d),
-            (cfg.head_dim, d),
-            (hd, cfg.q_lora_rank),
-            (d, lora),
-            (ih * id, cfg.q_lora_rank),
-            (cfg.o_lora_rank, hd / cfg.o_groups.max(1)),
+        // Every grouped GEMV of `decode` (see decode.rs); the stacked bf16 matrix has at most lin_max rows.
+        let (fp8, bf) = (GemvWeights::Fp8, GemvWeights::Bf16);
+        let og = cfg.o_groups.max(1);
+        let mut needs = vec![
+            gemv_need(sms, r, &[cfg.q_lora_rank, cfg.head_dim], d, fp8),
+            gemv_need(sms, r, &[hd], cfg.q_lora_rank, fp8),
+            gemv_need(sms, r, &[hd, ih * id], cfg.q_lora_rank, fp8),
+            gemv_need(sms, r, &vec![cfg.o_lora_rank; og], hd / og, fp8),
+            gemv_need(sms, r, &[d], lora, fp8),
         ];
-        let mut ws = 1;
-        for (n, k) in shapes {
-            ws = ws.max(ctx.fp8_gemv_plan(r, n, k)?.workspace_len());
-        }
+        needs.extend((1..=lin_max).map(|n| gemv_need(sms, r, &[n], d, bf)));
+        let ws = needs.iter().map(|w| w.0).max().unwrap_or(0).max(1);
+        let cnt = needs.iter().map(|w| w.1).max().unwrap_or(0).max(1);
         Ok(AttnScratch {
             max_rows,
             splits,
@@ -98,6 +116,7 @@ impl AttnScratch {
             u_f32: s.alloc_zeros(r * lora)?,
             u: s.alloc_zeros(r * lora)?,
             ws: s.alloc_zeros(ws)?,
+            cnt: s.alloc_zeros(cnt)?,
         })
     }
 }

@@ -1,0 +1,172 @@
+//! The middle stages of a decode step (see decode.rs): compressor updates, the CSA indexer (keys, queries,
+//! scores, top-k) and the split sparse attention with its merge.
+use super::error::GpuError;
+use super::layer::{AttnLayer, CompressorDev};
+use super::scratch::AttnScratch;
+use super::state::{AttnState, CompCache};
+use super::step::Step;
+use super::{dptr, dptr_mut};
+use dsv4_kernels::attn::*;
+
+/// Pushes this step's tokens into a compressor (see attn_compress.cu).
+pub(super) fn compress(
+    st: &Step<'_>,
+    c: &CompressorDev,
+    cache: &mut CompCache,
+    layer: &AttnLayer,
+    proj: u64,
+    quant: i32,
+) -> Result<(), GpuError> {
+    let p = AttnCompress {
+        proj,
+        ape: dptr(&c.ape, st.s),
+        norm_w: dptr(&c.norm, st.s),
+        freqs: dptr(&layer.freqs, st.s),
+        slots: st.slots,
+        positions: st.positions,
+        state_kv: dptr_mut(&mut cache.kv, st.s),
+        state_sc: dptr_mut(&mut cache.sc, st.s),
+        cache: dptr_mut(&mut cache.cache, st.s),
+        proj_stride: layer.lin_rows as i32,
+        kv_off: c.kv_off as i32,
+        gate_off: c.gate_off as i32,
+        dc: c.dim as i32,
+        ratio: c.ratio as i32,
+        overlap: i32::from(c.overlap),
+        rdim: st.cfg.qk_rope_head_dim as i32,
+        quant: st.quant(quant),
+        cap: cache.cap as i32,
+        eps: st.cfg.rms_norm_eps,
+    };
+    // SAFETY: proj holds rows x lin_rows f32 (scratch.proj, checked), ape/norm/freqs are the layer's, the
+    // state and cache buffers are [slots, ...] of this layer kind, meta holds `rows` slots < state.slots.
+    unsafe { st.ctx.launch_attn_compress(st.s, st.rows, &p) }?;
+    Ok(())
+}
+
+/// CSA: indexer keys, queries, scores over the live entries, top-k into `sc.sel`.
+pub(super) fn indexer(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    sc: &mut AttnScratch,
+) -> Result<(), GpuError> {
+    let (Some(ix), Some(keys), Some(scores)) =
+        (&layer.index, state.index.as_mut(), state.scores.as_mut())
+    else {
+        return Ok(());
+    };
+    let (s, cfg, rows) = (st.s, st.cfg, st.rows);
+    compress(st, &ix.comp, keys, layer, dptr(&sc.proj, s), QUANT_HAD_Q4)?;
+    st.mark("index compress")?;
+    // iq_f32 came with wq_b (one grouped GEMV in project).
+    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+    let p = AttnVecPrep {
+        x: dptr(&sc.iq_f32, s),
+        freqs: dptr(&layer.freqs, s),
+        positions: st.positions,
+        out: dptr_mut(&mut sc.iq, s),
+        x_stride: (ih * id) as i32,
+        dim: id as i32,
+        rdim: cfg.qk_rope_head_dim as i32,
+        quant: st.quant(QUANT_HAD_Q4),
+        ..Default::default()
+    };
+    // SAFETY: iq_f32 / iq hold rows x ih x id.
+    unsafe { st.ctx.launch_attn_vec_prep(s, ih, rows, &p) }?;
+    st.mark("index q prep")?;
+    let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
+    let p = AttnIndexScore {
+        q: dptr(&sc.iq, s),
+        wts: dptr(&sc.proj, s) + 4 * ix.wts_off as u64,
+        keys: dptr(&keys.cache, s),
+        slots: st.slots,
+        positions: st.positions,
+        scores: dptr_mut(scores, s),
+        wts_stride: layer.lin_rows as i32,
+        heads: ih as i32,
+        dim: id as i32,
+        cap,
+        ratio: ix.comp.ratio as i32,
+        k,
+        scale: ((id * ih) as f32).powf(-0.5),
+        pad: 0,
+    };
+    // SAFETY: wts points at column wts_off of proj (rows x lin_rows); keys [slots, cap, id]; scores [slots, cap].
+    unsafe {
+        st.ctx
+            .launch_attn_index_score(s, sc.score_blocks[rows - 1], rows, &p)
+    }?;
+    st.mark("index score")?;
+    let p = AttnIndexTopk {
+        scores: dptr(scores, s),
+        slots: st.slots,
+        positions: st.positions,
+        sel: dptr_mut(&mut sc.sel, s),
+        cap,
+        ratio: ix.comp.ratio as i32,
+        k,
+        pad: 0,
+    };
+    // SAFETY: scores [slots, cap]; sel holds max_rows x index_topk ints.
+    unsafe { st.ctx.launch_attn_index_topk(s, rows, &p) }?;
+    st.mark("index topk")
+}
+
+/// Split attention over window + compressed keys, then the merge with sink and inverse rope.
+pub(super) fn attend(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    state: &AttnState,
+    sc: &mut AttnScratch,
+) -> Result<(), GpuError> {
+    let (s, cfg, rows) = (st.s, st.cfg, st.rows);
+    let splits = sc.splits[rows - 1];
+    let (comp, cap, ratio) = match (&state.comp, &layer.comp) {
+        (Some(c), Some(l)) => (dptr(&c.cache, s), c.cap as i32, l.ratio as i32),
+        _ => (0, 0, 0),
+    };
+    let p = AttnSparse {
+        q: dptr(&sc.q, s),
+        ring: dptr(&state.ring, s),
+        comp,
+        sel: if layer.index.is_some() {
+            dptr(&sc.sel, s)
+        } else {
+            0
+        },
+        slots: st.slots,
+        positions: st.positions,
+        part_o: dptr_mut(&mut sc.part_o, s),
+        part_ml: dptr_mut(&mut sc.part_ml, s),
+        heads: cfg.num_attention_heads as i32,
+        dim: cfg.head_dim as i32,
+        window: state.window as i32,
+        ratio,
+        cap,
+        k: cfg.index_topk as i32,
+        scale: (cfg.head_dim as f32).powf(-0.5),
+        pad: 0,
+    };
+    // SAFETY: q rows x heads x dim; ring/comp are the state's [slots, ...]; sel rows x k (CSA); part_* hold
+    // rows x splits x heads (x dim) since splits = sc.splits[rows-1] sized them.
+    unsafe { st.ctx.launch_attn_sparse_partial(s, splits, rows, &p) }?;
+    st.mark("attention")?;
+    let m = AttnMerge {
+        part_o: dptr(&sc.part_o, s),
+        part_ml: dptr(&sc.part_ml, s),
+        sink: dptr(&layer.sink, s),
+        freqs: dptr(&layer.freqs, s),
+        positions: st.positions,
+        out: dptr_mut(&mut sc.o, s),
+        splits: splits as i32,
+        heads: cfg.num_attention_heads as i32,
+        dim: cfg.head_dim as i32,
+        rdim: cfg.qk_rope_head_dim as i32,
+        groups: cfg.o_groups as i32,
+        rows: rows as i32,
+    };
+    // SAFETY: as above; o holds rows x heads x dim bf16; sink heads f32.
+    unsafe { st.ctx.launch_attn_sparse_merge(s, &m) }?;
+    st.mark("merge")
+}

@@ -1,0 +1,109 @@
+//! Per-step context of a decode step and the grouped-GEMV helper every projection goes through.
+use super::error::{ensure, GpuError};
+use super::layer::Fp8Linear;
+use super::scratch::AttnScratch;
+use super::{dptr, dptr_mut};
+use crate::model::ModelConfig;
+use dsv4_kernels::attn::*;
+use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaStream};
+use dsv4_kernels::GpuContext;
+use std::cell::RefCell;
+
+/// Named CUDA events recorded after each stage by [`decode_profiled`].
+pub type StageMarks = Vec<(&'static str, CudaEvent)>;
+
+/// One group of a grouped GEMV: device addresses of x `[rows, k]` bf16, the weight (and its FP8 scales), the
+/// output `[rows, n]`.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Job {
+    pub x: u64,
+    pub w: u64,
+    pub s: u64,
+    pub out: u64,
+    pub n: usize,
+}
+
+impl Job {
+    pub(super) fn fp8(w: &Fp8Linear, x: u64, out: u64, s: &CudaStream) -> Job {
+        Job {
+            x,
+            w: dptr(&w.w, s),
+            s: dptr(&w.scale, s),
+            out,
+            n: w.n,
+        }
+    }
+}
+
+/// What one step needs besides buffers.
+pub(super) struct Step<'a> {
+    pub ctx: &'a GpuContext,
+    pub s: &'a CudaStream,
+    pub cfg: &'a ModelConfig,
+    pub rows: usize,
+    pub official: bool,
+    pub slots: u64,
+    pub positions: u64,
+    /// Stage events of an eager profiled step (never while capturing: decode passes None).
+    pub marks: Option<RefCell<&'a mut StageMarks>>,
+}
+
+impl Step<'_> {
+    /// Records the end of stage `name` when profiling.
+    pub(super) fn mark(&self, name: &'static str) -> Result<(), GpuError> {
+        if let Some(m) = &self.marks {
+            let ev = self
+                .s
+                .record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
+            m.borrow_mut().push((name, ev));
+        }
+        Ok(())
+    }
+
+    /// One grouped GEMV (attn_gemv.cu) over `jobs` sharing the inner dim `k`.
+    pub(super) fn gemv(
+        &self,
+        wt: GemvWeights,
+        k: usize,
+        out_bf16: bool,
+        jobs: &[Job],
+        sc: &mut AttnScratch,
+    ) -> Result<(), GpuError> {
+        ensure(!jobs.is_empty() && jobs.len() <= GEMV_GROUPS, || {
+            format!("{} GEMV groups (1..={GEMV_GROUPS})", jobs.len())
+        })?;
+        let mut p = AttnGemv {
+            b: self.rows as i32,
+            k: k as i32,
+            out_bf16: i32::from(out_bf16),
+            ws: dptr_mut(&mut sc.ws, self.s),
+            cnt: dptr_mut(&mut sc.cnt, self.s),
+            ..Default::default()
+        };
+        let (mut tiles, mut nmax) = (0, 0);
+        for (g, j) in jobs.iter().enumerate() {
+            (p.x[g], p.w[g], p.s[g], p.out[g]) = (j.x, j.w, j.s, j.out);
+            p.n[g] = j.n as i32;
+            tiles += j.n.div_ceil(GEMV_ROW_TILE);
+            nmax = nmax.max(j.n);
+        }
+        p.nmax = nmax as i32;
+        let splits = gemv_splits(self.ctx.info.sm_count as usize, tiles, k, wt);
+        let (ws_len, cnt_len) = (sc.ws.len(), sc.cnt.len());
+        // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
+        // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
+        unsafe {
+            self.ctx
+                .launch_attn_gemv(self.s, wt, jobs.len(), splits, &p, ws_len, cnt_len)
+        }?;
+        Ok(())
+    }
+
+    pub(super) fn quant(&self, q: i32) -> i32 {
+        if self.official {
+            q
+        } else {
+            QUANT_NONE
+        }
+    }
+}
