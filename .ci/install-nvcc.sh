@@ -14,7 +14,11 @@ find_nvcc() {
 }
 
 existing="$(find_nvcc || true)"
-if [[ -n "$existing" ]] && "$existing" --version 2>/dev/null | grep -q "release $want"; then
+has_nvrtc() {
+    ls "$venv"/lib/python3*/site-packages/nvidia/cu13/lib/libnvrtc.so* >/dev/null 2>&1
+}
+
+if [[ -n "$existing" ]] && "$existing" --version 2>/dev/null | grep -q "release $want" && has_nvrtc; then
     echo "nvcc already installed: $existing"
     exit 0
 fi
@@ -27,7 +31,8 @@ python3 -m venv "$venv"
     nvidia-nvvm==13.0.88 \
     nvidia-cuda-runtime==13.0.96 \
     nvidia-cuda-cccl==13.0.85 \
-    nvidia-cuda-cuobjdump==13.2.86
+    nvidia-cuda-cuobjdump==13.2.86 \
+    nvidia-cuda-nvrtc==13.0.88
 
 nvcc="$(find_nvcc)"
 if [[ -z "$nvcc" ]]; then

@@ -9,6 +9,11 @@ typedef unsigned int u32;
 typedef int i32;
 typedef unsigned long long u64;
 
+// nvcc gets INFINITY from the math headers it always includes; NVRTC has no such header.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 // bf16 bits -> f32: exact (bf16 is the top half of an f32).
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 

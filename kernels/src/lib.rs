@@ -15,7 +15,7 @@ pub mod reference;
 
 pub use context::{GpuContext, Kernels};
 pub use error::{KernelError, Result};
-pub use module::{ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
+pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
 pub use ops::bf16_gemv::Bf16GemvPlan;
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape};
 pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};

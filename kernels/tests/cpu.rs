@@ -59,3 +59,19 @@ fn fatbin_has_sm90a_and_sm120a_sass() {
         .filter(|e| e.kind == EntryKind::Sass)
         .all(|e| e.flags & 0x10_0000 != 0));
 }
+
+/// The NVRTC fallback (machines where the build had no nvcc) must compile the same sources for
+/// both targets. Needs only libnvrtc, no GPU: CI installs it with nvcc (`.ci/install-nvcc.sh`).
+#[test]
+fn nvrtc_compiles_every_kernel_for_sm90_and_sm120() {
+    // SAFETY: only tries to dlopen libnvrtc; no NVRTC call is made.
+    if !unsafe { dsv4_kernels::cudarc::nvrtc::sys::is_culib_present() } {
+        eprintln!("SKIP: libnvrtc not found (set LD_LIBRARY_PATH to its lib dir)");
+        return;
+    }
+    for cc in [(9, 0), (12, 0)] {
+        if let Err(e) = dsv4_kernels::compile_ptx(cc) {
+            panic!("NVRTC failed for compute_{}{}: {e}", cc.0, cc.1);
+        }
+    }
+}
