@@ -2,7 +2,7 @@
 //! command, poll for events; it never blocks.
 //!
 //! [`EngineChoice::Real`] starts the engine thread with `dsv4_engine::handle::spawn`; the fake
-//! engine (canned replies) serves the UI tests and screenshots.
+//! engine (canned replies) serves the UI tests that need edge cases on demand.
 
 use crate::fake_engine::{self, FakeEngineOptions};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
