@@ -202,3 +202,19 @@ fn bad_model_path_is_reported_and_engine_keeps_answering() {
     submit(&h, 2, 2, vec![user("hi")], greedy(3));
     assert!(collect(&h, &[2])[&2].finished.is_some());
 }
+
+#[test]
+fn concurrent_first_starts_create_one_usable_demo_model() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("demo-model");
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let d = dir.clone();
+            std::thread::spawn(move || dsv4_engine::runtime::load::ensure_demo(&d))
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("thread").expect("demo model created");
+    }
+    dsv4_engine::model::checkpoint::Checkpoint::open(&dir).expect("demo model opens");
+}

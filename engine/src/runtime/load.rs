@@ -39,18 +39,37 @@ pub fn demo_spec() -> SynthSpec {
 }
 
 /// Writes the demo checkpoint if it is not already complete (the writer writes config.json
-/// last, so a half-written directory does not open and is rewritten).
+/// last, so a half-written directory does not open and is rewritten). Each process writes into
+/// its own temporary directory and renames it into place, so two first starts at once cannot
+/// corrupt each other: the loser of the rename finds a complete model and uses it.
 pub fn ensure_demo(dir: &Path) -> Result<(), String> {
     if Checkpoint::open(dir).is_ok() {
         return Ok(());
     }
-    let tmp = dir.with_extension("partial");
-    let _ = std::fs::remove_dir_all(&tmp);
+    static ATTEMPT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let attempt = ATTEMPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.with_extension(format!("partial-{}-{attempt}", std::process::id()));
     write_checkpoint(&tmp, &demo_spec())
         .map_err(|e| format!("cannot create the demo model: {e}"))?;
+    if Checkpoint::open(dir).is_ok() {
+        // Another process finished first.
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Ok(());
+    }
     let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&tmp, dir)
-        .map_err(|e| format!("cannot create the demo model in {}: {e}", dir.display()))
+    let renamed = std::fs::rename(&tmp, dir);
+    let _ = std::fs::remove_dir_all(&tmp);
+    match (renamed, Checkpoint::open(dir)) {
+        (_, Ok(_)) => Ok(()),
+        (Err(e), Err(_)) => Err(format!(
+            "cannot create the demo model in {}: {e}",
+            dir.display()
+        )),
+        (Ok(()), Err(e)) => Err(format!(
+            "the demo model in {} does not open: {e}",
+            dir.display()
+        )),
+    }
 }
 
 /// Loads `source`, calling `progress(fraction, message)` along the way.
