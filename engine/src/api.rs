@@ -43,11 +43,10 @@ pub enum Numerics {
     Official,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendChoice {
     /// The CPU reference model (slow, always available).
-    #[default]
     Cpu,
     /// CUDA on the listed device ordinals (empty = all).
     Cuda { devices: Vec<usize> },
@@ -87,7 +86,10 @@ pub struct EngineSettings {
 impl Default for EngineSettings {
     fn default() -> Self {
         EngineSettings {
-            backend: BackendChoice::Cpu,
+            // The GPUs when present; without a driver or GPU the engine says so and uses the CPU.
+            backend: BackendChoice::Cuda {
+                devices: Vec::new(),
+            },
             split_mode: SplitMode::Tensor,
             numerics: Numerics::Official,
             max_batch: 8,

@@ -17,7 +17,7 @@ mod synth;
 mod weights;
 mod workspace;
 
-pub use backend::{GpuBackend, GpuOptions};
+pub use backend::{GpuBackend, GpuOptions, MAX_ROWS};
 pub use error::RunnerError;
 pub use graph::GraphSet;
 pub use model::{GpuModel, StepInput};

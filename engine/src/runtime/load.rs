@@ -100,22 +100,63 @@ pub fn load(
             ck.config().vocab_size
         ));
     }
-    let mut note = String::new();
-    if let BackendChoice::Cuda { .. } = settings.backend {
-        note = " (CUDA backend unavailable in this build: using the CPU reference)".into();
-    }
-    check_host_memory(&ck)?;
-    progress(0.2, &format!("loading weights on the CPU{note}"));
-    let model = Model::from_checkpoint(&ck, settings.numerics).map_err(|e| e.to_string())?;
-    let backend = CpuBackend::new(model, settings.max_context);
+    let backend = match settings.backend {
+        BackendChoice::Cuda { .. } => match load_on_gpu(&dir, settings, progress) {
+            Ok(b) => b,
+            Err(why) => {
+                progress(0.2, &format!("{why}: using the CPU reference instead"));
+                load_on_cpu(&ck, settings, progress)?
+            }
+        },
+        BackendChoice::Cpu => load_on_cpu(&ck, settings, progress)?,
+    };
     progress(1.0, "ready");
-    let info = model_info(&dir, source, is_demo, &backend);
+    let info = model_info(&dir, source, is_demo, backend.as_ref(), settings.numerics);
     Ok(Loaded {
-        backend: Box::new(backend),
+        backend,
         tokenizer,
         info,
     })
 }
+
+fn load_on_cpu(
+    ck: &Checkpoint,
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Box<dyn Backend>, String> {
+    check_host_memory(ck)?;
+    progress(0.3, "loading weights on the CPU");
+    let model = Model::from_checkpoint(ck, settings.numerics).map_err(|e| e.to_string())?;
+    Ok(Box::new(CpuBackend::new(model, settings.max_context)))
+}
+
+/// The CUDA backend on the first GPU, or why not (no driver, no GPU, unsupported format, ...).
+fn load_on_gpu(
+    dir: &Path,
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Box<dyn Backend>, String> {
+    use crate::gpu::{probe_gpu, GpuBackend, GpuOptions, GpuProbe};
+    let gpu = match probe_gpu() {
+        GpuProbe::Available(info) => info,
+        GpuProbe::Unavailable(why) => return Err(why),
+    };
+    progress(0.3, &format!("loading weights onto {}", gpu.name));
+    let opts = GpuOptions {
+        numerics: settings.numerics,
+        // Running turns plus a few idle conversations kept for prefix reuse.
+        max_seqs: (settings.max_batch + GPU_IDLE_SLOTS).min(crate::gpu::MAX_ROWS),
+        max_context: settings.max_context,
+        cuda_graphs: settings.cuda_graphs,
+        graph_buckets: settings.graph_buckets.clone(),
+    };
+    GpuBackend::load(dir, &opts)
+        .map(|b| Box::new(b) as Box<dyn Backend>)
+        .map_err(|e| format!("the CUDA backend could not load the model ({e})"))
+}
+
+/// Sequence slots on the GPU beyond the batch, for idle conversations' caches.
+const GPU_IDLE_SLOTS: usize = 8;
 
 /// The CPU reference holds every weight as f32: refuse early, with the numbers, when that
 /// cannot fit (the real 160 GB checkpoint needs ~1.1 TB as f32), instead of running out of
@@ -164,7 +205,13 @@ fn load_tokenizer(dir: &Path) -> Result<Tokenizer, String> {
     tok.map_err(|e| e.to_string())
 }
 
-fn model_info(dir: &Path, source: &ModelSource, is_demo: bool, backend: &CpuBackend) -> ModelInfo {
+fn model_info(
+    dir: &Path,
+    source: &ModelSource,
+    is_demo: bool,
+    backend: &dyn Backend,
+    numerics: crate::api::Numerics,
+) -> ModelInfo {
     let cfg = backend.config();
     let name = if is_demo {
         "Demo model (random weights, produces noise)".to_string()
@@ -178,7 +225,7 @@ fn model_info(dir: &Path, source: &ModelSource, is_demo: bool, backend: &CpuBack
         source: source.clone(),
         is_demo,
         backend: backend.describe(),
-        numerics: backend.model().numerics,
+        numerics,
         layers: cfg.num_hidden_layers,
         vocab_size: cfg.vocab_size,
         context_limit: backend.context_limit(),

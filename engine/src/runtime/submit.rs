@@ -69,7 +69,8 @@ impl Runtime {
             ));
         }
         let max_tokens = (sampling.max_tokens as usize).min(limit - prompt.len());
-        let seq = loaded.backend.create_seq().map_err(|e| e.to_string())?;
+        // The sequence is attached on admission (see `attach_sequence`).
+        let seq = UNATTACHED;
         Ok(Turn::new(
             turn,
             conversation,
@@ -82,6 +83,23 @@ impl Runtime {
         ))
     }
 
+    /// A fresh sequence; when the backend is out of sequence slots (a GPU holds a fixed number),
+    /// idle conversations' caches are given up, least recently used first.
+    fn new_sequence(&mut self) -> Result<crate::backend::SeqId, String> {
+        loop {
+            let Some(loaded) = self.loaded.as_mut() else {
+                return Err("no model is loaded".into());
+            };
+            match loaded.backend.create_seq() {
+                Ok(seq) => return Ok(seq),
+                Err(e) => match self.idle.pop_front() {
+                    Some((_, cache)) => release_cache(loaded.backend.as_mut(), cache),
+                    None => return Err(e.to_string()),
+                },
+            }
+        }
+    }
+
     /// Moves queued turns into the running batch while there is room. A turn whose
     /// conversation has an idle cache takes it over and rewinds it to the common prefix.
     pub(super) fn admit(&mut self) {
@@ -89,21 +107,36 @@ impl Runtime {
             let Some(mut t) = self.queue.pop_front() else {
                 break;
             };
-            self.attach_cache(&mut t);
-            self.active.push(t);
+            match self.attach_sequence(&mut t) {
+                Ok(()) => self.active.push(t),
+                Err(message) => self.emit(Event::TurnFailed {
+                    turn: t.id,
+                    message,
+                }),
+            }
         }
     }
 
-    fn attach_cache(&mut self, t: &mut Turn) {
+    /// Gives an admitted turn its sequence: the conversation's cached one rewound to the common
+    /// prefix when possible, else a fresh one (created only now, so queued turns hold no slot).
+    fn attach_sequence(&mut self, t: &mut Turn) -> Result<(), String> {
+        t.owns_cache = true;
+        if let Some(i) = self.idle.iter().position(|(c, _)| *c == t.conversation) {
+            if let Some((_, cache)) = self.idle.remove(i) {
+                if self.reuse_cache(t, cache) {
+                    return Ok(());
+                }
+            }
+        }
+        t.seq = self.new_sequence()?;
+        Ok(())
+    }
+
+    /// Rewinds `cache` to the longest reusable prefix of the turn's prompt and hands it to the
+    /// turn; returns `false` (cache released) when nothing is reusable.
+    fn reuse_cache(&mut self, t: &mut Turn, mut cache: ConversationCache) -> bool {
         let Some(loaded) = self.loaded.as_mut() else {
-            return;
-        };
-        let Some(i) = self.idle.iter().position(|(c, _)| *c == t.conversation) else {
-            t.owns_cache = true;
-            return;
-        };
-        let Some((_, mut cache)) = self.idle.remove(i) else {
-            return;
+            return false;
         };
         let backend = loaded.backend.as_mut();
         let plan = cache.plan(&t.prompt);
@@ -117,24 +150,26 @@ impl Runtime {
         };
         if !restored || cache.tokens.is_empty() {
             release_cache(backend, cache);
-            t.owns_cache = true;
-            return;
+            return false;
         }
-        // The turn's fresh sequence is not needed: continue on the cached one.
-        backend.release_seq(t.seq);
         t.seq = cache.seq;
-        t.owns_cache = true;
         t.reused = cache.tokens.len();
         t.fed = cache.tokens.len();
         t.state_tokens = cache.tokens;
         t.snapshots = cache.snapshots;
+        true
     }
 
     /// Keeps a finished turn's sequence as its conversation's cache.
+    ///
+    /// A turn cancelled while queued never had a sequence ([`UNATTACHED`]).
     pub(super) fn retire_sequence(&mut self, t: &Turn) {
         let Some(loaded) = self.loaded.as_mut() else {
             return;
         };
+        if t.seq == UNATTACHED {
+            return;
+        }
         let backend = loaded.backend.as_mut();
         let busy = self.active.iter().any(|o| o.conversation == t.conversation);
         let known = self.idle.iter().any(|(c, _)| *c == t.conversation);
@@ -158,6 +193,9 @@ impl Runtime {
         }
     }
 }
+
+/// The sequence id of a turn that has not been admitted yet (backends never hand out 0).
+pub(super) const UNATTACHED: crate::backend::SeqId = crate::backend::SeqId(0);
 
 fn release_cache(backend: &mut dyn Backend, cache: ConversationCache) {
     cache
