@@ -8,7 +8,7 @@ rm -rf "$out" && mkdir -p "$out"
 cargo build --release -p dsv4-engine
 cp target/release/dsv4 "$out/"
 # Test executables whose names say they need a GPU, plus the kernels' GPU suite.
-cargo test --release -p dsv4-engine -p dsv4-kernels --no-run --message-format=json 2>/dev/null \
+cargo test --release -p dsv4-engine -p dsv4-kernels -p dsv4-tests --no-run --message-format=json 2>/dev/null \
     | python3 -c '
 import json, sys
 for line in sys.stdin:
