@@ -2,7 +2,9 @@
 //! onto the GPU, replies stream, and a follow-up turn that reuses the cached prefix through GPU
 //! snapshots gives the same tokens as a fresh prefill of the whole conversation.
 
-use dsv4_engine::api::{ChatMessage, Command, EngineSettings, Event, ModelSource, Role, ThinkingMode};
+use dsv4_engine::api::{
+    ChatMessage, Command, EngineSettings, Event, ModelSource, Role, ThinkingMode,
+};
 use dsv4_engine::gpu::{probe_gpu, GpuProbe};
 use dsv4_engine::handle::spawn;
 use dsv4_tests::engine_harness::{collect, greedy, next_event, user};
@@ -26,7 +28,11 @@ fn engine_runs_the_demo_model_on_the_gpu_with_prefix_reuse() {
         }
     };
     eprintln!("backend: {}", info.backend);
-    assert!(info.backend.to_lowercase().contains("cuda"), "not on the GPU: {}", info.backend);
+    assert!(
+        info.backend.to_lowercase().contains("cuda"),
+        "not on the GPU: {}",
+        info.backend
+    );
     assert!(!info.gpus.is_empty());
 
     for thinking in [ThinkingMode::Off, ThinkingMode::High] {
@@ -40,8 +46,13 @@ fn engine_runs_the_demo_model_on_the_gpu_with_prefix_reuse() {
         };
         let base = if thinking == ThinkingMode::Off { 0 } else { 10 };
         h.send(submit(base + 1, base + 7, first.clone(), 12));
-        let r1 = collect(&h, &[base + 1]).remove(&(base + 1)).expect("turn 1");
-        assert_eq!(r1.finished.as_ref().expect("finished").1.generated_tokens, 12);
+        let r1 = collect(&h, &[base + 1])
+            .remove(&(base + 1))
+            .expect("turn 1");
+        assert_eq!(
+            r1.finished.as_ref().expect("finished").1.generated_tokens,
+            12
+        );
         let reply = ChatMessage {
             role: Role::Assistant,
             content: r1.answer.clone(),
@@ -49,10 +60,26 @@ fn engine_runs_the_demo_model_on_the_gpu_with_prefix_reuse() {
         };
         let follow = vec![first[0].clone(), reply, user("And the mountains?")];
         h.send(submit(base + 2, base + 7, follow.clone(), 16));
-        let reused = collect(&h, &[base + 2]).remove(&(base + 2)).expect("turn 2");
+        let reused = collect(&h, &[base + 2])
+            .remove(&(base + 2))
+            .expect("turn 2");
         h.send(submit(base + 3, base + 8, follow, 16));
-        let fresh = collect(&h, &[base + 3]).remove(&(base + 3)).expect("turn 3");
-        assert!(reused.finished.as_ref().expect("finished").1.cached_prompt_tokens > 0);
-        assert_eq!((reused.answer, reused.reasoning), (fresh.answer, fresh.reasoning), "{thinking:?}");
+        let fresh = collect(&h, &[base + 3])
+            .remove(&(base + 3))
+            .expect("turn 3");
+        assert!(
+            reused
+                .finished
+                .as_ref()
+                .expect("finished")
+                .1
+                .cached_prompt_tokens
+                > 0
+        );
+        assert_eq!(
+            (reused.answer, reused.reasoning),
+            (fresh.answer, fresh.reasoning),
+            "{thinking:?}"
+        );
     }
 }
