@@ -8,17 +8,66 @@
 // Grouping: `moe_group` (one block) turns ids into groups on the device: meta = [num_groups,
 //          group_expert[S], group_start[S+1], slots[S]] with S = B*topk, slots sorted by expert then by slot
 //          (deterministic). Every expert's weights are then read ONCE for all the tokens that chose it.
-// Launch:  fp4_expert_ntX: grid (ceil(N/32), min(E, S)), block 256; blocks past num_groups exit at once.
-//          A block owns one expert and 32 rows; its 8 warps split K (256 per step) and reduce through shared
-//          memory; the group's tokens are the mma N dimension (NT tiles of 8; larger groups loop).
+// Launch:  fp4_expert_mtM (M = 1, 2): grid (ceil(N / (64 M / kw)), min(E, S)), block 128 (4 warps); blocks
+//          past num_groups exit at once (fixed grid: graph-capturable). A warp owns 16 M rows of one expert;
+//          kw warps (1, 2, 4) split K and reduce through shared memory in a fixed order; M and kw are picked
+//          on the host from the shape (Fp4Tune). Decode groups hold 1-2 tokens, so the token tile is one mma
+//          n8 tile; a group of more than 8 tokens takes further passes (its weights come again, mostly L2).
+// Memory:  each thread streams its 2M rows x 16 B per 128-wide K chunk global -> shared with cp.async.cg into
+//          a private 3-stage ring (no barriers: a thread reads back only what it copied), so 2 chunks are in
+//          flight while it computes one; the scale words ride along (cp.async 4 B) when K % 128 == 0, else
+//          they are plain byte loads. x comes through L1 (every warp of the group re-reads it).
 // Compute: mma.sync m16n8k16 bf16 (sm_80+). 16 weight bytes = 32 fp4 values = exactly one scale group per
 //          thread and row. Nibbles i and i+4 of a word form one bf16x2 (K permuted within the word, the same
-//          permutation applied to x by byte_perm), each made with 2 shifts + 1 lop3 as a bf16 bit pattern
-//          (value * 2^-126), then one packed bf16 multiply by 2^126 * S (exact: power of two).
+//          permutation applied to x by byte_perm), each made as a bf16 bit pattern (value * 2^-126) with 2
+//          shifts + 2 lop3 (ptxas: one immediate per lop3), then one packed bf16 multiply by 2^126 * S
+//          (exact: power of two). That decode, ~300 of the loop's instructions per 2 KB, is what bounds the
+//          kernel once the loads are in flight: the integer pipe runs at half rate.
 // Constraints: K % 32 == 0, scale exponent byte <= 128 (scale <= 2; real scales are far smaller), E <= 1024.
+//
+// Variants (H200, `kbench fp4`: w1 2048x4096 per token / w2 4096x2048 per slot, 256 experts, top-6, with
+// the moe_group launch, ids rotated over 8 sets so L2 holds no weights; x = time over the floor of weight +
+// scale bytes at the measured copy rate 4234 GB/s):
+//   v1  NT (1/2/4/8 mma n-tiles) picked from the WHOLE batch, 256 threads split K 8 ways, registers only
+//       (8 x 16 B loads per thread, then compute; fixed ids): w1 B=1 18.4 us, B=8 94 us (2.3x), B=64 1279 us
+//       (5.1x: NT=8 with 172 registers for groups of ~1.5 tokens, 1 block per SM).
+//   v2  NT=1 always, cp.async rings (depth 3 or 4), 32-row warps, kw 1/2/4, 72 registers, 7 blocks/SM:
+//       w1 B=1 25.0 us (kw4), B=8 112.6 (kw4, 2.2x), B=64 502 (kw2, 1.94x); w2 B=1 22.7, B=8 105.6 (kw2,
+//       2.1x), B=64 480 (kw1/2, 1.85x). Depth 4 (5 blocks/SM) slower everywhere by 1-10%. All variants
+//       at ~2.1-2.3 TB/s whatever kw or depth: SASS showed 697 instructions per chunk and warp, half of them
+//       address/predicate work and generic->shared conversions around the copies, so issue-bound.
+//   v3  (this) 32-bit row offsets, shared addresses computed once, unconditional x loads (columns past the
+//       group read its last token), scale byte by one prmt + one imad, the K % 128 test hoisted into a
+//       template, and 16-row warps (mt1) for small batches: 462 instructions per chunk (predicted ~1.4x
+//       faster where issue-bound, i.e. B=8/64 ~75/~350 us). NOT YET MEASURED on the device (see
+//       BENCH_NOTES.md).
 #include "common.cuh"
 
-#define FP4_MT 2
+#define FP4_WARPS 4  // warps per block (128 threads)
+#define FP4_ST 3     // cp.async ring depth: 2 chunks in flight while one is computed (depth 4 measured slower)
+
+// Shared-memory address of a generic pointer (computed once per thread; the copies then add offsets).
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16-byte global -> shared copy that skips L1; `bytes` < 16 zero-fills the rest (0: no read at all).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // bf16x2 of nibbles i and i+4 of w, as raw bits (value * 2^-126).
 template <int I>
@@ -32,142 +81,191 @@ __device__ __forceinline__ u32 word4(const uint4& v, int i) {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
 }
 
-template <int NT>
-__device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const u8* __restrict__ w,
-                                                const u8* __restrict__ s, const i32* __restrict__ meta,
-                                                void* __restrict__ out, int S, int topk, int N, int K,
-                                                int x_per_slot, int out_bf16) {
-    __shared__ float red[4 * FP4_MT * NT * 4 * 32];
-    const int grp = blockIdx.y;
-    if (grp >= meta[0]) return;
-    const i32* group_expert = meta + 1;
-    const i32* group_start = meta + 1 + S;
-    const i32* slots = meta + 2 + 2 * S;
-    const int e = group_expert[grp];
-    const int s0 = group_start[grp];
-    const int cnt = group_start[grp + 1] - s0;
+// bf16x2 multiplier 2^126 * 2^(es-127) for a UE8M0 byte (clamped to 128 so the bf16 stays finite):
+// (es + 126) << 7 in both halves, as one multiply-add.
+__device__ __forceinline__ u32 scale_pair(u32 es) {
+    es = es > 128u ? 128u : es;
+    return es * 0x00800080u + 126u * 0x00800080u;
+}
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 32;
-    const int kb2 = K >> 1, ks = K >> 5;
-    const u8* we = w + (u64)e * N * kb2;
-    const u8* se = s + (u64)e * N * ks;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-
-    int rows[FP4_MT][2];
+// One 128-wide K chunk of one warp: 16 * MT rows (2 * MT per thread) x the group's 8-token column tile.
+template <int MT>
+__device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT], const u32 (&f)[2 * MT],
+                                          const u16* xp) {
+    uint4 xv[4];
 #pragma unroll
-    for (int mt = 0; mt < FP4_MT; ++mt)
+    for (int q = 0; q < 4; ++q) xv[q] = ldg_keep(xp + 8 * q);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) rows[mt][h] = row0 + mt * 16 + h * 8 + g;
-
-    for (int c0 = 0; c0 < cnt; c0 += NT * 8) {
-        // x row pointer of this thread's B-fragment column in each n tile (null: past the group's end).
-        const u16* xrow[NT];
+    for (int q = 0; q < 4; ++q) {
+        // x[k0 + 8q .. + 8] as words (x[8q+2m], x[8q+2m+1]); B fragments pair k with k + 4 like the weights.
+        u32 b[2][2];
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            const int col = c0 + j * 8 + g;
-            if (col < cnt) {
-                const int slot = slots[s0 + col];
-                xrow[j] = x + (u64)(x_per_slot ? slot : slot / topk) * K;
-            } else {
-                xrow[j] = 0;
-            }
+        for (int p = 0; p < 2; ++p) {
+            const u32 lo = p ? xv[q].y : xv[q].x, hi = p ? xv[q].w : xv[q].z;
+            b[p][0] = byte_perm(lo, hi, 0x5410);  // x[8q+2p], x[8q+2p+4]
+            b[p][1] = byte_perm(lo, hi, 0x7632);  // x[8q+2p+1], x[8q+2p+5]
         }
-        float acc[FP4_MT * NT * 4];
 #pragma unroll
-        for (int i = 0; i < FP4_MT * NT * 4; ++i) acc[i] = 0.f;
-
-        for (int kc = warp; kc * 128 < K; kc += 2 * 8) {
-            // Two 128-wide K chunks per step (kc, kc + 8): 8 x 16 B weight loads in flight per thread.
-            uint4 wv[2][FP4_MT][2];
-            u32 f[2][FP4_MT][2];
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int k0 = (kc + c * 8) * 128 + t * 32;
-#pragma unroll
-                for (int mt = 0; mt < FP4_MT; ++mt)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const bool ok = k0 < K && rows[mt][h] < N;
-                        const u64 r = (u64)(ok ? rows[mt][h] : 0);
-                        wv[c][mt][h] = ok ? ldg_stream(we + r * kb2 + (k0 >> 1)) : zero;
-                        u32 es = ok ? (u32)se[r * ks + (k0 >> 5)] : 0u;
-                        es = es > 128u ? 128u : es;
-                        const u32 fb = (es + 126u) << 7;  // bf16 bits of 2^126 * 2^(es-127)
-                        f[c][mt][h] = fb | (fb << 16);
-                    }
-            }
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-                const int k0 = (kc + c * 8) * 128 + t * 32;
-                // mma.sync needs the whole warp: skip a chunk only when no lane has data in it (lanes past K
-                // carry zero weights and zero activations instead of branching).
-                if (__all_sync(0xffffffffu, k0 >= K)) continue;
-                const bool kin = k0 < K;
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    // Weight fragments for k-steps 2q (p = 0) and 2q + 1 (p = 1) from word q of each row.
-                    u32 a[2][FP4_MT][4];
-#pragma unroll
-                    for (int mt = 0; mt < FP4_MT; ++mt) {
-                        const u32 w0 = word4(wv[c][mt][0], q), w1 = word4(wv[c][mt][1], q);
-                        a[0][mt][0] = bf16x2_mul(e2m1_pair_raw<0>(w0), f[c][mt][0]);
-                        a[0][mt][1] = bf16x2_mul(e2m1_pair_raw<0>(w1), f[c][mt][1]);
-                        a[0][mt][2] = bf16x2_mul(e2m1_pair_raw<1>(w0), f[c][mt][0]);
-                        a[0][mt][3] = bf16x2_mul(e2m1_pair_raw<1>(w1), f[c][mt][1]);
-                        a[1][mt][0] = bf16x2_mul(e2m1_pair_raw<2>(w0), f[c][mt][0]);
-                        a[1][mt][1] = bf16x2_mul(e2m1_pair_raw<2>(w1), f[c][mt][1]);
-                        a[1][mt][2] = bf16x2_mul(e2m1_pair_raw<3>(w0), f[c][mt][0]);
-                        a[1][mt][3] = bf16x2_mul(e2m1_pair_raw<3>(w1), f[c][mt][1]);
-                    }
-#pragma unroll
-                    for (int j = 0; j < NT; ++j) {
-                        if (c0 + j * 8 >= cnt) break;  // warp-uniform: no token in this tile
-                        // x[k0 + 8q .. + 8] as 4 words X[m] = (x[8q+2m], x[8q+2m+1]).
-                        const uint4 xv = (xrow[j] && kin) ? ldg_keep(xrow[j] + k0 + 8 * q) : zero;
-#pragma unroll
-                        for (int p = 0; p < 2; ++p) {
-                            const u32 lo = p ? xv.y : xv.x, hi = p ? xv.w : xv.z;
-                            const u32 b0 = byte_perm(lo, hi, 0x5410);  // x[8q+2p], x[8q+2p+4]
-                            const u32 b1 = byte_perm(lo, hi, 0x7632);  // x[8q+2p+1], x[8q+2p+5]
-#pragma unroll
-                            for (int mt = 0; mt < FP4_MT; ++mt)
-                                mma_bf16_16816(&acc[(mt * NT + j) * 4], a[p][mt][0], a[p][mt][1], a[p][mt][2],
-                                               a[p][mt][3], b0, b1);
-                        }
-                    }
-                }
-            }
-        }
-
-        block_reduce_8warps<FP4_MT * NT * 4>(acc, red);
-        if (warp == 0) {
-#pragma unroll
-            for (int mt = 0; mt < FP4_MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < NT; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int row = row0 + mt * 16 + g + (i >> 1) * 8;
-                        const int col = c0 + j * 8 + 2 * t + (i & 1);
-                        if (row >= N || col >= cnt) continue;
-                        store_out(out, (u64)slots[s0 + col] * N + row, acc[(mt * NT + j) * 4 + i], out_bf16);
-                    }
+        for (int mt = 0; mt < MT; ++mt) {
+            const u32 w0 = word4(wv[2 * mt], q), w1 = word4(wv[2 * mt + 1], q);
+            const u32 f0 = f[2 * mt], f1 = f[2 * mt + 1];
+            // Weight fragments for k-steps 2q (pairs 0, 1) and 2q + 1 (pairs 2, 3) of word q.
+            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(e2m1_pair_raw<0>(w0), f0), bf16x2_mul(e2m1_pair_raw<0>(w1), f1),
+                           bf16x2_mul(e2m1_pair_raw<1>(w0), f0), bf16x2_mul(e2m1_pair_raw<1>(w1), f1), b[0][0],
+                           b[0][1]);
+            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(e2m1_pair_raw<2>(w0), f0), bf16x2_mul(e2m1_pair_raw<2>(w1), f1),
+                           bf16x2_mul(e2m1_pair_raw<3>(w0), f0), bf16x2_mul(e2m1_pair_raw<3>(w1), f1), b[1][0],
+                           b[1][1]);
         }
     }
 }
 
-#define FP4_EXPERT_KERNEL(NT)                                                                              \
-    extern "C" __global__ void __launch_bounds__(256) fp4_expert_nt##NT(                                   \
-        const u16* x, const u8* w, const u8* s, const i32* meta, void* out, int S, int topk, int N, int K, \
-        int x_per_slot, int out_bf16) {                                                                    \
-        fp4_expert_body<NT>(x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16);                      \
+template <int MT, bool SCA>
+__device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const u8* __restrict__ w,
+                                                const u8* __restrict__ s, const i32* __restrict__ meta,
+                                                void* __restrict__ out, int S, int topk, int N, int K,
+                                                int x_per_slot, int out_bf16, int KW,
+                                                uint4 (&ring)[FP4_ST][2 * MT][FP4_WARPS * 32],
+                                                u32 (&sring)[FP4_ST][2 * MT][FP4_WARPS * 32]) {
+    const int grp = blockIdx.y;
+    if (grp >= meta[0]) return;
+    const int e = meta[1 + grp];
+    const int s0 = meta[1 + S + grp];
+    const int cnt = meta[2 + S + grp] - s0;
+    const i32* slots = meta + 2 + 2 * S;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int kw = warp % KW;
+    const int row0 = (blockIdx.x * (FP4_WARPS / KW) + warp / KW) * (16 * MT);
+    const int kb2 = K >> 1, ks = K >> 5, nch = (K + 127) >> 7;
+    // SCA = (K % 128 == 0): no partial last chunk, and the 4 scale bytes of a chunk row are one aligned word
+    // that rides along in the ring; otherwise scales are plain byte loads.
+    const bool sc_async = SCA, kfull = SCA;
+
+    // Slot i holds row row0 + 8i + g (mt = i / 2, h = i % 2). Rows past N and lanes past K copy zero bytes
+    // (zero-fill) from an address inside the expert (row 0, chunk 0). 32-bit offsets: an expert is < 4 GB.
+    const u8* wbase = w + (u64)e * N * kb2 + t * 16;
+    const u8* sbase = s + (u64)e * N * ks;
+    u32 roff[2 * MT];  // row * kb2 (weights); row * ks = roff / 16 (scales)
+    u32 rok = 0;       // bit i: slot i's row exists
+#pragma unroll
+    for (int i = 0; i < 2 * MT; ++i) {
+        const int r = row0 + 8 * i + g;
+        rok |= (r < N ? 1u : 0u) << i;
+        roff[i] = r < N ? (u32)r * (u32)kb2 : 0u;
     }
-FP4_EXPERT_KERNEL(1)
-FP4_EXPERT_KERNEL(2)
-FP4_EXPERT_KERNEL(4)
-FP4_EXPERT_KERNEL(8)
+
+    // Queues chunk c into ring slot `sl` (shared addresses: this thread's entry + constant strides).
+    const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][0][tid]);
+    auto issue = [&](int c, int sl) {
+        const bool kin = kfull || c * 128 + t * 32 < K;
+        const u32 coff = kin ? (u32)c * 64u : 0u;
+#pragma unroll
+        for (int i = 0; i < 2 * MT; ++i) {
+            const u32 n16 = (kin && ((rok >> i) & 1u)) ? 16u : 0u;
+            const u32 si = (u32)(sl * 2 * MT + i) * (FP4_WARPS * 32);
+            cp_async16(ring_s + si * 16u, wbase + (roff[i] + coff), n16);
+            if (sc_async) cp_async4(sring_s + si * 4u, sbase + ((roff[i] >> 4) + (coff >> 4)), n16 >> 2);
+        }
+    };
+
+    for (int c0 = 0; c0 < cnt; c0 += 8) {
+        // Columns past the group read its last token (finite data; those outputs are never stored).
+        const int col = min(c0 + g, cnt - 1);
+        const int xs = slots[s0 + col];
+        const u16* xrow = x + (u64)(x_per_slot ? xs : xs / topk) * K;
+        float acc[MT * 4];
+#pragma unroll
+        for (int i = 0; i < MT * 4; ++i) acc[i] = 0.f;
+
+        if (row0 < N) {  // warp-uniform
+#pragma unroll
+            for (int i = 0; i < FP4_ST - 1; ++i) {
+                if (kw + i * KW < nch) issue(kw + i * KW, i);
+                cp_async_commit();
+            }
+            int rd = 0, wr = FP4_ST - 1;
+#pragma unroll 1
+            for (int c = kw; c < nch; c += KW) {
+                const int cn = c + (FP4_ST - 1) * KW;
+                if (cn < nch) issue(cn, wr);
+                cp_async_commit();
+                cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk c have landed
+                const int k0 = c * 128 + t * 32;
+                // Lanes past K (partial last chunk) hold zero weights; their x is read from the row's last
+                // 32 values instead, so no address leaves the row.
+                const u16* xp = xrow + (kfull || k0 < K ? k0 : K - 32);
+                uint4 wv[2 * MT];
+                u32 f[2 * MT];
+#pragma unroll
+                for (int i = 0; i < 2 * MT; ++i) wv[i] = ring[rd][i][tid];
+                if (sc_async) {
+#pragma unroll
+                    for (int i = 0; i < 2 * MT; ++i)
+                        f[i] = scale_pair(byte_perm(sring[rd][i][tid], 0u, 0x4440u | (u32)t));
+                } else {
+                    const bool kin = k0 < K;
+#pragma unroll
+                    for (int i = 0; i < 2 * MT; ++i)
+                        f[i] = scale_pair((kin && ((rok >> i) & 1u)) ? (u32)__ldg(sbase + (roff[i] >> 4) + (k0 >> 5))
+                                                                     : 0u);
+                }
+                fp4_chunk<MT>(acc, wv, f, xp);
+                rd = rd + 1 == FP4_ST ? 0 : rd + 1;
+                wr = wr + 1 == FP4_ST ? 0 : wr + 1;
+            }
+            cp_async_wait<0>();
+        }
+
+        if (KW > 1) {  // block-uniform: sum the KW warps of each row group in a fixed order
+            float* red = reinterpret_cast<float*>(&ring[0][0][0]);
+            __syncthreads();
+            if (kw != 0) {
+#pragma unroll
+                for (int i = 0; i < MT * 4; ++i) red[(warp * MT * 4 + i) * 32 + lane] = acc[i];
+            }
+            __syncthreads();
+            if (kw == 0) {
+                for (int j = 1; j < KW; ++j)
+#pragma unroll
+                    for (int i = 0; i < MT * 4; ++i) acc[i] += red[((warp + j) * MT * 4 + i) * 32 + lane];
+            }
+            __syncthreads();  // the next pass refills the ring
+        }
+        if (kw == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int row = row0 + mt * 16 + g + (i >> 1) * 8;
+                    const int cc = c0 + 2 * t + (i & 1);
+                    if (row >= N || cc >= cnt) continue;
+                    store_out(out, (u64)slots[s0 + cc] * N + row, acc[mt * 4 + i], out_bf16);
+                }
+        }
+    }
+}
+
+// Per-thread rings: each thread copies and later reads only its own entries, so the pipeline needs no
+// barrier; `ring` doubles as the cross-warp reduction buffer after the K loop. Declared here so that both
+// bodies share them. MINB: blocks per SM the register budget must allow (shared memory allows 7 for MT = 2:
+// 72 registers; MT = 1 is for small batches, where more warps matter more than registers).
+#define FP4_ARGS x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16, kw, ring, sring
+#define FP4_EXPERT_KERNEL(MT, MINB)                                                                        \
+    extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, MINB) fp4_expert_mt##MT(                  \
+        const u16* x, const u8* w, const u8* s, const i32* meta, void* out, int S, int topk, int N, int K, \
+        int x_per_slot, int out_bf16, int kw) {                                                            \
+        __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                               \
+        __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                              \
+        if ((K & 127) == 0)                                                                                \
+            fp4_expert_body<MT, true>(FP4_ARGS);                                                           \
+        else                                                                                               \
+            fp4_expert_body<MT, false>(FP4_ARGS);                                                          \
+    }
+FP4_EXPERT_KERNEL(1, 8)
+FP4_EXPERT_KERNEL(2, 7)
+#undef FP4_ARGS
 
 // Groups the S = B*topk slots by expert (one block of 1024 threads). Ids outside [0, E) are dropped.
 // meta = [num_groups, group_expert[S], group_start[S+1], slots[S]].
@@ -175,11 +273,13 @@ extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restri
                                                              i32* __restrict__ meta) {
     __shared__ int cnt[1024], start[1024], gidx[1024];
     __shared__ int totals[2];
+    __shared__ int sid[2048];  // the ids, when they fit: the rank loop below re-reads them S times
     const int tid = threadIdx.x, lane = tid & 31;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     for (int i = tid; i < S; i += blockDim.x) {
         const int e = ids[i];
+        if (i < 2048) sid[i] = e;
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
     __syncthreads();
@@ -208,11 +308,12 @@ extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restri
     if (tid == 0) { meta[0] = G; group_start[G] = totals[1]; }
     for (int e = tid; e < E; e += blockDim.x)
         if (cnt[e] > 0) { group_expert[gidx[e]] = e; group_start[gidx[e]] = start[e]; }
+    const i32* rid = S <= 2048 ? sid : ids;  // all lanes read rid[j] together: a shared-memory broadcast
     for (int i = tid; i < S; i += blockDim.x) {
-        const int e = ids[i];
+        const int e = rid[i];
         if (e < 0 || e >= E) continue;
         int rank = 0;
-        for (int j = 0; j < i; ++j) rank += ids[j] == e ? 1 : 0;
+        for (int j = 0; j < i; ++j) rank += rid[j] == e ? 1 : 0;
         slots[start[e] + rank] = i;
     }
 }

@@ -3,7 +3,7 @@
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
-use dsv4_kernels::{bf16, moe_group_meta_len, ExpertShape, GemvOut, Gpu, GpuContext};
+use dsv4_kernels::{bf16, moe_group_meta_len, ExpertShape, Fp4Tune, GemvOut, Gpu, GpuContext};
 
 type R<T> = Result<T, Box<dyn Error>>;
 
@@ -90,46 +90,79 @@ fn bench_fp8(g: &GpuContext, name: &str, n: usize, k: usize, copy: f64) -> R<()>
     Ok(())
 }
 
-fn bench_fp4(g: &GpuContext, n: usize, k: usize, copy: f64) -> R<()> {
-    let e = 256usize;
+/// Expert ids for `b` tokens: distinct per token, spread like a router would; `set` shifts them so that
+/// rotating over sets keeps the weights out of L2 even at batch 1.
+fn expert_ids(b: usize, topk: usize, e: usize, set: usize) -> Vec<i32> {
+    (0..b * topk)
+        .map(|i| (((i / topk) * 37 + (i % topk) * 41 + set * 32) % e) as i32)
+        .collect()
+}
+
+/// One routed-expert matrix (`n` x `k`, x per token or per slot) at batch 1, 8, 64: the default tuning with
+/// ids rotated over 8 sets and with one fixed set (the first notes' method), then every variant (rotated).
+fn bench_fp4(g: &GpuContext, name: &str, n: usize, k: usize, per_slot: bool, copy: f64) -> R<()> {
+    let (e, topk, sets) = (256usize, 6usize, 8usize);
     let w = noise(g, e * n * k / 2, 11, 0xff)?;
     let sc = noise(g, e * n * k / 32, 13, 0x0f)?;
+    let mut tunes = vec![("default", None)];
+    for (label, kw, mt) in [
+        ("kw1 mt2", 1, 2),
+        ("kw2 mt2", 2, 2),
+        ("kw4 mt2", 4, 2),
+        ("kw1 mt1", 1, 1),
+        ("kw2 mt1", 2, 1),
+        ("kw4 mt1", 4, 1),
+    ] {
+        tunes.push((label, Some(Fp4Tune { kw, mt })));
+    }
     for b in [1usize, 8, 64] {
-        let topk = 6;
         let shape = ExpertShape {
             b,
             topk,
             experts: e,
             n,
             k,
-            x_per_slot: false,
+            x_per_slot: per_slot,
         };
-        // Distinct experts per token, spread like a router would (token t picks 6 consecutive-ish ids).
-        let ids: Vec<i32> = (0..b * topk)
-            .map(|i| (((i / topk) * 37 + (i % topk) * 41) % e) as i32)
-            .collect();
+        let ids: Vec<Vec<i32>> = (0..sets).map(|r| expert_ids(b, topk, e, r)).collect();
         let distinct = {
-            let mut v = ids.clone();
+            let mut v = ids[0].clone();
             v.sort_unstable();
             v.dedup();
             v.len()
         };
-        let dids = g.stream.clone_htod(&ids)?;
+        let dids = ids
+            .iter()
+            .map(|v| Ok(g.stream.clone_htod(v)?))
+            .collect::<R<Vec<_>>>()?;
         let mut meta = filled(g, moe_group_meta_len(b * topk), 0i32)?;
-        let x = filled(g, b * k, bf16::from_f32(0.5))?;
+        let xrows = if per_slot { b * topk } else { b };
+        let x = filled(g, xrows * k, bf16::from_f32(0.5))?;
         let mut y = filled(g, b * topk * n, bf16::ZERO)?;
-        let ms = time_ms(g, 20, |_| {
-            g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)?;
-            let out = GemvOut::bf16(&mut y, &g.stream);
-            Ok(g.launch_fp4_expert(&g.stream, &shape, &x, &w, &sc, &meta, out)?)
-        })?;
-        let bytes = (distinct * (n * k / 2 + n * k / 32) + 2 * b * k + 2 * b * topk * n) as f64;
-        let gbs = bytes / ms / 1e6;
-        println!(
-            "| fp4_expert w1 ({distinct:>3} exp) | {n}x{k} | {b:>2} | - | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
-            ms * 1e3,
-            100.0 * gbs / copy
-        );
+        let bytes = (distinct * (n * k / 2 + n * k / 32) + 2 * xrows * k + 2 * b * topk * n) as f64;
+        let floor_us = bytes / copy / 1e3;
+        let runs = [(tunes[0], 1usize)]
+            .into_iter()
+            .chain(tunes.iter().map(|t| (*t, sets)));
+        for ((label, tune), rot) in runs {
+            let ms = time_ms(g, 20, |i| {
+                g.launch_moe_group(&g.stream, &shape, &dids[i % rot], &mut meta)?;
+                let out = GemvOut::bf16(&mut y, &g.stream);
+                let tune = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
+                Ok(g.launch_fp4_expert_tuned(&g.stream, &shape, &x, &w, &sc, &meta, out, tune)?)
+            })?;
+            let gbs = bytes / ms / 1e6;
+            let how = if rot == 1 { "fixed ids" } else { "rotated" };
+            let t = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
+            println!(
+                "| fp4 {name} ({distinct:>3} exp) {label} {how} | {n}x{k} | {b:>2} | kw{} mt{} | {:>8.2} | {gbs:>7.0} | {:>5.1}% | {:.2}x |",
+                t.kw,
+                t.mt,
+                ms * 1e3,
+                100.0 * gbs / copy,
+                ms * 1e3 / floor_us
+            );
+        }
     }
     Ok(())
 }
@@ -172,10 +205,16 @@ fn main() -> R<()> {
         "kbench on {} (cc {}.{}, {} SMs), module {:?}",
         info.name, info.cc.0, info.cc.1, info.sm_count, g.source
     );
+    for (i, f) in g.kernels.fp4_expert.iter().enumerate() {
+        let blocks = f.occupancy_max_active_blocks_per_multiprocessor(128, 0, None)?;
+        println!("fp4_expert_mt{}: {blocks} blocks of 128 per SM", i + 1);
+    }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
+    // `kbench fp4`: the routed-expert kernel only.
+    let only_fp4 = std::env::args().nth(1).is_some_and(|a| a == "fp4");
     println!(
-        "| kernel | N x K | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|"
+        "| kernel | N x K | B | splits / kw | us | GB/s | of copy | of floor |\n|---|---|---|---|---|---|---|---|"
     );
     for (name, n, k) in [
         ("wq_b", 32768, 1024),
@@ -184,9 +223,14 @@ fn main() -> R<()> {
         ("wkv", 512, 4096),
         ("shared", 2048, 4096),
     ] {
-        bench_fp8(&g, name, n, k, copy)?;
+        if !only_fp4 {
+            bench_fp8(&g, name, n, k, copy)?;
+        }
     }
-    bench_fp4(&g, 2048, 4096, copy)?;
-    bench_small(&g)?;
+    bench_fp4(&g, "w1", 2048, 4096, false, copy)?;
+    bench_fp4(&g, "w2", 4096, 2048, true, copy)?;
+    if !only_fp4 {
+        bench_small(&g)?;
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
 use crate::error::{KernelError, Result};
@@ -12,8 +13,8 @@ pub struct Kernels {
     /// fp8_gemv_nt{1,2,4,8}: batch tiles of 8.
     pub fp8_gemv: [CudaFunction; 4],
     pub gemv_splitk_reduce: CudaFunction,
-    /// fp4_expert_nt{1,2,4,8}.
-    pub fp4_expert: [CudaFunction; 4],
+    /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
+    pub fp4_expert: [CudaFunction; 2],
     pub moe_group: CudaFunction,
     pub rmsnorm: CudaFunction,
     pub act_quant: CudaFunction,
@@ -30,6 +31,14 @@ impl Kernels {
                 .load_function(name)
                 .map_err(|source| KernelError::MissingKernel { name, source })
         };
+        let fp4_expert = [get("fp4_expert_mt1")?, get("fp4_expert_mt2")?];
+        for f in &fp4_expert {
+            // Their cp.async rings set the blocks per SM (7 or 8): ask for the largest shared-memory carveout.
+            f.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )?;
+        }
         Ok(Kernels {
             fp8_gemv: [
                 get("fp8_gemv_nt1")?,
@@ -38,12 +47,7 @@ impl Kernels {
                 get("fp8_gemv_nt8")?,
             ],
             gemv_splitk_reduce: get("gemv_splitk_reduce")?,
-            fp4_expert: [
-                get("fp4_expert_nt1")?,
-                get("fp4_expert_nt2")?,
-                get("fp4_expert_nt4")?,
-                get("fp4_expert_nt8")?,
-            ],
+            fp4_expert,
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,
             act_quant: get("act_quant_bf16")?,

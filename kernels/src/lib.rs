@@ -17,7 +17,7 @@ pub use context::{GpuContext, Kernels};
 pub use error::{KernelError, Result};
 pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
 pub use ops::bf16_gemv::Bf16GemvPlan;
-pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape};
+pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Tune};
 pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
 pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};

@@ -4,7 +4,7 @@ use half::bf16;
 
 use super::fp8_gemv::GemvOut;
 use super::{grid, int, ptr, ptr_mut};
-use crate::context::{nt_index, GpuContext};
+use crate::context::GpuContext;
 use crate::error::{check, Result};
 
 const NAME: &str = "fp4_expert";
@@ -34,6 +34,42 @@ pub struct ExpertShape {
 impl ExpertShape {
     fn slots(&self) -> usize {
         self.b * self.topk
+    }
+}
+
+/// Warps wanted in one launch: about two waves of the ~28 resident warps per SM on 132 SMs, so every SM
+/// keeps enough weight bytes in flight and the last wave's tail stays short.
+const TARGET_WARPS: usize = 6144;
+
+/// Launch tuning of `fp4_expert` (the kernel's header comment has the measurements behind the defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fp4Tune {
+    /// Warps that split K for each row group (1, 2 or 4; a block's 4 warps cover 4 / kw row groups).
+    pub kw: usize,
+    /// 16-row mma tiles per warp (1 or 2): a row group is 16 * mt rows.
+    pub mt: usize,
+}
+
+impl Fp4Tune {
+    /// The default for `shape`, assuming min(E, B*topk) groups (the real count lives on the device):
+    /// 32-row warps with the least K split that still gives [`TARGET_WARPS`] warps (long K loops amortise
+    /// the pipeline fill and the reduction); for very little work (batch 1) 16-row warps split 4 ways,
+    /// because there the number of warps, not the instruction count, sets the time.
+    pub fn for_shape(shape: &ExpertShape) -> Self {
+        let units = shape.experts.min(shape.slots()) * shape.n.div_ceil(32);
+        if units * 4 < TARGET_WARPS {
+            return Fp4Tune { kw: 4, mt: 1 };
+        }
+        let kw = [1, 2, 4]
+            .into_iter()
+            .find(|&kw| units * kw >= TARGET_WARPS)
+            .unwrap_or(4);
+        Fp4Tune { kw, mt: 2 }
+    }
+
+    /// Rows of one expert that a block of 4 warps covers.
+    fn block_rows(&self) -> usize {
+        16 * self.mt * 4 / self.kw
     }
 }
 
@@ -86,6 +122,29 @@ impl GpuContext {
         meta: &impl DevicePtr<i32>,
         out: GemvOut<'_>,
     ) -> Result<()> {
+        let tune = Fp4Tune::for_shape(shape);
+        self.launch_fp4_expert_tuned(stream, shape, x, w, scale, meta, out, tune)
+    }
+
+    /// [`Self::launch_fp4_expert`] with an explicit [`Fp4Tune`] (benchmarks and tests of every variant).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_fp4_expert_tuned(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<u8>,
+        scale: &impl DevicePtr<u8>,
+        meta: &impl DevicePtr<i32>,
+        out: GemvOut<'_>,
+        tune: Fp4Tune,
+    ) -> Result<()> {
+        check(
+            NAME,
+            matches!(tune.kw, 1 | 2 | 4) && matches!(tune.mt, 1 | 2),
+            || format!("{tune:?}: need kw 1, 2 or 4 and mt 1 or 2"),
+        )?;
+        let func = &self.kernels.fp4_expert[tune.mt - 1];
         let (s, n, k, e) = (shape.slots(), shape.n, shape.k, shape.experts);
         check(NAME, (1..=64).contains(&shape.b), || {
             format!("batch {} not in 1..=64", shape.b)
@@ -110,9 +169,9 @@ impl GpuContext {
         check(NAME, out.len >= s * n, || {
             format!("out has {}, need {}", out.len, s * n)
         })?;
-        let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot)];
-        let names = ["slots", "topk", "N", "K", "x_per_slot"];
-        let mut iv = [0i32; 5];
+        let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot), tune.kw];
+        let names = ["slots", "topk", "N", "K", "x_per_slot", "kw"];
+        let mut iv = [0i32; 6];
         for (i, (v, name)) in ints.iter().zip(names).enumerate() {
             iv[i] = int(NAME, name, *v)?;
         }
@@ -122,12 +181,16 @@ impl GpuContext {
             ptr(scale, stream),
             ptr(meta, stream),
         );
+        // A block covers block_rows() rows of one group; blocks past the device's group count exit.
         let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, n.div_ceil(32))?, grid(NAME, e.min(s))?, 1),
-            block_dim: (256, 1, 1),
+            grid_dim: (
+                grid(NAME, n.div_ceil(tune.block_rows()))?,
+                grid(NAME, e.min(s))?,
+                1,
+            ),
+            block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let func = &self.kernels.fp4_expert[nt_index(shape.b)];
         let mut l = stream.launch_builder(func);
         l.arg(&xp).arg(&wp).arg(&sp).arg(&mp).arg(&out.ptr);
         l.arg(&iv[0])
@@ -135,8 +198,9 @@ impl GpuContext {
             .arg(&iv[2])
             .arg(&iv[3])
             .arg(&iv[4])
-            .arg(&out.bf16);
-        // SAFETY: fp4_expert_ntX(x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16); buffers checked
+            .arg(&out.bf16)
+            .arg(&iv[5]);
+        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16, kw); buffers checked
         // above; expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { l.launch(cfg) }?;
         Ok(())

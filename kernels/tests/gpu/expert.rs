@@ -1,5 +1,5 @@
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, GemvOut};
+use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Tune, GemvOut};
 use rand::Rng;
 
 use crate::common::*;
@@ -44,7 +44,13 @@ fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
     meta
 }
 
-fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, shape: ExpertShape) {
+/// Checks moe_group, then fp4_expert with the default tuning (None) and each tuning in `tunes`.
+fn run_case(
+    g: &dsv4_kernels::GpuContext,
+    seed: u64,
+    shape: ExpertShape,
+    tunes: &[Option<Fp4Tune>],
+) {
     let mut r = rng(seed);
     let (s, n, k, e) = (shape.b * shape.topk, shape.n, shape.k, shape.experts);
     let ids = rand_ids(&mut r, shape.b, shape.topk, e);
@@ -72,18 +78,6 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, shape: ExpertShape) {
     assert_eq!(gm[1 + s..2 + s + ng], wm[1 + s..2 + s + ng], "group starts");
     assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "slots");
 
-    let mut y = upload(g, &vec![f32::NAN; s * n]);
-    g.launch_fp4_expert(
-        &g.stream,
-        &shape,
-        &dx,
-        &dw,
-        &ds,
-        &meta,
-        GemvOut::f32(&mut y, &g.stream),
-    )
-    .expect("launch");
-    let got = download(g, &y);
     let absum: Vec<f32> = (0..s * n)
         .map(|i| {
             let (slot, row) = (i / n, i % n);
@@ -104,14 +98,36 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, shape: ExpertShape) {
                 .sum()
         })
         .collect();
-    let (worst, at) = worst_ratio(&got, &want, |i| 1e-5 * absum[i] + 1e-30);
+    for tune in tunes {
+        // Poisoned output: every element must be written.
+        let mut y = upload(g, &vec![f32::NAN; s * n]);
+        let out = GemvOut::f32(&mut y, &g.stream);
+        match tune {
+            None => g.launch_fp4_expert(&g.stream, &shape, &dx, &dw, &ds, &meta, out),
+            Some(t) => g.launch_fp4_expert_tuned(&g.stream, &shape, &dx, &dw, &ds, &meta, out, *t),
+        }
+        .expect("launch");
+        let got = download(g, &y);
+        check_out(&got, &want, &absum, &shape, ng, tune);
+    }
+}
+
+fn check_out(
+    got: &[f32],
+    want: &[f32],
+    absum: &[f32],
+    shape: &ExpertShape,
+    ng: usize,
+    tune: &Option<Fp4Tune>,
+) {
+    let (worst, at) = worst_ratio(got, want, |i| 1e-5 * absum[i] + 1e-30);
     println!(
-        "fp4_expert {shape:?} groups {ng}: rel_l2 {:.2e}, worst/bound {worst:.3}",
-        rel_l2(&got, &want)
+        "fp4_expert {shape:?} {tune:?} groups {ng}: rel_l2 {:.2e}, worst/bound {worst:.3}",
+        rel_l2(got, want)
     );
     assert!(
         worst <= 1.0,
-        "{shape:?}: element {at} got {} want {}",
+        "{shape:?} {tune:?}: element {at} got {} want {}",
         got[at],
         want[at]
     );
@@ -126,19 +142,43 @@ fn fp4_expert_matches_reference() {
         (8, 2, 4, 33, 256, false), // groups of up to 16 tokens: more than one n-tile pass at batch 8
         (64, 6, 64, 40, 512, false),
         (20, 6, 256, 64, 2048, true),
+        (4, 6, 512, 160, 512, true),   // many experts, one token each
+        (64, 6, 256, 800, 512, false), // batch 64 x top-6 of 256; kw 1 with a partial 128-row tile
     ];
     for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
-        run_case(
-            &g,
-            300 + i as u64,
-            ExpertShape {
-                b,
-                topk,
-                experts,
-                n,
-                k,
-                x_per_slot,
-            },
-        );
+        let shape = ExpertShape {
+            b,
+            topk,
+            experts,
+            n,
+            k,
+            x_per_slot,
+        };
+        run_case(&g, 300 + i as u64, shape, &[None]);
+    }
+}
+
+/// Every kernel variant (K split 1/2/4 x 16 or 32 rows per warp) on a K with async scale words (1024: 8 chunks, so
+/// the rings wrap) and one without (160: K % 128 != 0, a partial last chunk), groups wider than one n-tile.
+#[test]
+fn fp4_expert_every_variant() {
+    let Some(g) = gpu() else { return };
+    let mut tunes = vec![None];
+    for kw in [1, 2, 4] {
+        for mt in [1, 2] {
+            tunes.push(Some(Fp4Tune { kw, mt }));
+        }
+    }
+    let cases = [(8, 2, 4, 33, 1024, false), (3, 6, 8, 150, 160, true)];
+    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
+        let shape = ExpertShape {
+            b,
+            topk,
+            experts,
+            n,
+            k,
+            x_per_slot,
+        };
+        run_case(&g, 400 + i as u64, shape, &tunes);
     }
 }
