@@ -197,18 +197,7 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
 
 /// The rows and start position of each item within the concatenated batch.
 fn segments(batch: &[SplitItem<'_>]) -> Vec<Segment> {
-    let mut row = 0;
-    batch
-        .iter()
-        .map(|b| {
-            let seg = Segment {
-                rows: row..row + b.tokens.len(),
-                start_pos: b.state.pos,
-            };
-            row += b.tokens.len();
-            seg
-        })
-        .collect()
+    Segment::consecutive(batch.iter().map(|b| (b.tokens.len(), b.state.pos)))
 }
 
 /// Sums per-rank partial results through the collective; returns the sum.

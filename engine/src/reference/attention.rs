@@ -110,6 +110,24 @@ fn project(ctx: &BlockCtx<'_>, w: &AttentionWeights, a: &[f32], segs: &[Segment]
     Projections { q, kv, comp, index }
 }
 
+impl Segment {
+    /// Consecutive segments for items feeding `(tokens, start position)` each, in batch order.
+    pub fn consecutive(items: impl IntoIterator<Item = (usize, usize)>) -> Vec<Segment> {
+        let mut row = 0;
+        items
+            .into_iter()
+            .map(|(tokens, start_pos)| {
+                let seg = Segment {
+                    rows: row..row + tokens,
+                    start_pos,
+                };
+                row += tokens;
+                seg
+            })
+            .collect()
+    }
+}
+
 /// Calls `f(row, absolute position)` for every row of every segment.
 pub fn for_each_row_pos(segs: &[Segment], mut f: impl FnMut(usize, usize)) {
     for seg in segs {

@@ -203,16 +203,5 @@ impl Model {
 
 /// The rows and start position of each item within the concatenated batch.
 fn segments(batch: &[BatchItem<'_>]) -> Vec<Segment> {
-    let mut row = 0;
-    batch
-        .iter()
-        .map(|b| {
-            let seg = Segment {
-                rows: row..row + b.tokens.len(),
-                start_pos: b.state.pos,
-            };
-            row += b.tokens.len();
-            seg
-        })
-        .collect()
+    Segment::consecutive(batch.iter().map(|b| (b.tokens.len(), b.state.pos)))
 }
