@@ -49,15 +49,30 @@ pub struct GpuBackend {
     context_limit: usize,
 }
 
+/// The split plan's fit check for one GPU against its free memory (the message names what is
+/// needed, what is free and what is missing).
+fn check_fits_on_gpu(cfg: &ModelConfig, opts: &GpuOptions) -> Result<(), RunnerError> {
+    use crate::parallel::{fit::check_fits, plan::SplitMode, plan::SplitPlan};
+    let (free, _total) = dsv4_kernels::cudarc::driver::result::mem_get_info()?;
+    let plan = SplitPlan::new(cfg, 1, SplitMode::Tensor)
+        .map_err(|e| RunnerError::Unsupported(e.to_string()))?;
+    let seqs = opts.max_seqs.clamp(1, MAX_ROWS);
+    check_fits(&plan, &[free as u64], opts.max_context, seqs)
+        .map_err(|e| RunnerError::DoesNotFit(e.to_string()))
+}
+
 fn dev(e: impl std::fmt::Display) -> BackendError {
     BackendError::Device(e.to_string())
 }
 
 impl GpuBackend {
     /// Opens the checkpoint, uploads it to GPU 0 and captures the decode graphs.
+    /// Refuses before uploading anything when the weights and the caches for `max_seqs`
+    /// sequences of `max_context` tokens cannot fit in the GPU's free memory.
     pub fn load(dir: &Path, opts: &GpuOptions) -> Result<Self, RunnerError> {
         let ctx = GpuContext::new(0)?;
         let ck = Checkpoint::open(dir)?;
+        check_fits_on_gpu(ck.config(), opts)?;
         let weights = ModelWeightsDev::from_checkpoint(&ctx, &ck)?;
         Self::new(ctx, ck.config().clone(), weights, opts)
     }

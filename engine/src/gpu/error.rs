@@ -15,6 +15,8 @@ pub enum RunnerError {
     Attention(#[from] GpuError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error("the model does not fit on the GPU: {0}")]
+    DoesNotFit(String),
     #[error("the GPU runner does not support this model: {0}")]
     Unsupported(String),
     #[error("step of {rows} rows exceeds the workspace's {max} rows")]
