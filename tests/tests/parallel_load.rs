@@ -255,7 +255,7 @@ fn split_model_load_with_a_read_failing_mid_shard_keeps_nothing() {
         fail_at: Some(60),
         reads: Arc::default(),
     };
-    let (err, peak) = failing_model_load(dir.path(), SplitMode::Layers, reader);
+    let (err, peak) = failing_model_load(dir.path(), SplitMode::Layer, reader);
     let text = err.to_string();
     assert!(
         text.contains("device unplugged") && text.contains("tensor `"),

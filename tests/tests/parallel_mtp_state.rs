@@ -113,14 +113,14 @@ fn check_mtp(dir: &Path, numerics: Numerics) {
     let streams = main_streams(&reference, &seq, 130);
     let want = mtp_steps(&reference, &streams, &seq, 130);
     for (mode, ranks) in [
-        (SplitMode::Layers, 2),
-        (SplitMode::Layers, 4),
+        (SplitMode::Layer, 2),
+        (SplitMode::Layer, 4),
         (SplitMode::Tensor, 1),
         (SplitMode::Tensor, 2),
         (SplitMode::Tensor, 3),
     ] {
         let model = SplitModel::load(dir, ranks, mode, numerics).expect("split");
-        let exact = mode == SplitMode::Layers || ranks == 1;
+        let exact = mode == SplitMode::Layer || ranks == 1;
         let what = format!("{mode:?} x{ranks} {numerics:?}");
         // The MTP block alone: same input streams as the reference.
         let before = model.collective.traffic().sends;
@@ -128,7 +128,7 @@ fn check_mtp(dir: &Path, numerics: Numerics) {
         assert_close(&isolated, &want, if exact { 0.0 } else { TOL }, &what);
         // Layer mode: each MTP call sends its embedding rows from the first rank to the last.
         let sends = model.collective.traffic().sends - before;
-        let layered = mode == SplitMode::Layers && ranks > 1;
+        let layered = mode == SplitMode::Layer && ranks > 1;
         assert_eq!(sends, if layered { want.len() as u64 } else { 0 }, "{what}");
         // End to end: the split main model's own streams.
         let own = main_streams(&model, &seq, 130);
@@ -179,7 +179,7 @@ fn rewound_split_state_continues_like_a_fresh_run() {
         return;
     };
     let dir = set.join("bf16");
-    for (mode, ranks) in [(SplitMode::Tensor, 3), (SplitMode::Layers, 2)] {
+    for (mode, ranks) in [(SplitMode::Tensor, 3), (SplitMode::Layer, 2)] {
         let model = SplitModel::load(&dir, ranks, mode, Numerics::Reference).expect("split");
         let vocab = model.cfg.vocab_size;
         // 124 + 6 decode steps: crosses CSA (4) and HCA (128) compression boundaries.

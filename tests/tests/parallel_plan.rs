@@ -51,7 +51,7 @@ fn spread(plan: &SplitPlan) -> f64 {
 fn layer_split_partitions_the_checkpoint_exactly_and_evenly() {
     let cfg = flash();
     for ranks in [1, 2, 3, 4, 8] {
-        let plan = SplitPlan::new(&cfg, ranks, SplitMode::Layers).expect("plan");
+        let plan = SplitPlan::new(&cfg, ranks, SplitMode::Layer).expect("plan");
         assert_eq!(plan.total_bytes(), FLASH_BYTES, "x{ranks}");
         let covered: usize = plan.ranks.iter().map(|r| r.layers.len()).sum();
         assert_eq!(covered, 43);
@@ -92,7 +92,7 @@ fn tensor_split_is_balanced_and_replicates_only_small_parts() {
 
 #[test]
 fn kv_state_matches_the_spec_numbers() {
-    let plan = SplitPlan::new(&flash(), 1, SplitMode::Layers).expect("plan");
+    let plan = SplitPlan::new(&flash(), 1, SplitMode::Layer).expect("plan");
     // Fixed: 44 windows + compressor states (spec §3).
     assert_eq!(rank_state_bytes(&plan, 0, 0), 5_767_168 + 12_206_080);
     // Growth: 6880 bytes per token.
@@ -103,7 +103,7 @@ fn kv_state_matches_the_spec_numbers() {
     );
     // Tensor mode replicates the single K=V head's cache on every rank.
     let tp = SplitPlan::new(&flash(), 4, SplitMode::Tensor).expect("plan");
-    let layers = SplitPlan::new(&flash(), 4, SplitMode::Layers).expect("plan");
+    let layers = SplitPlan::new(&flash(), 4, SplitMode::Layer).expect("plan");
     assert_eq!(rank_state_bytes(&tp, 3, n), rank_state_bytes(&plan, 0, n));
     let split: u64 = (0..4).map(|r| rank_state_bytes(&layers, r, n)).sum();
     assert_eq!(split, rank_state_bytes(&plan, 0, n));
@@ -145,10 +145,10 @@ fn impossible_splits_are_refused_clearly() {
     let e = SplitPlan::new(&tiny, 5, SplitMode::Tensor).expect_err("5 ranks, 4 heads");
     assert_eq!(e, PlanError::TooManyRanksForHeads { ranks: 5, heads: 4 });
     assert!(e.to_string().contains("only 4 attention heads"));
-    let e = SplitPlan::new(&tiny, 6, SplitMode::Layers).expect_err("6 ranks, 5 layers");
+    let e = SplitPlan::new(&tiny, 6, SplitMode::Layer).expect_err("6 ranks, 5 layers");
     assert!(e.to_string().contains("only 5 layers"), "{e}");
     assert_eq!(
-        SplitPlan::new(&tiny, 0, SplitMode::Layers).expect_err("0"),
+        SplitPlan::new(&tiny, 0, SplitMode::Layer).expect_err("0"),
         PlanError::NoRanks
     );
 }

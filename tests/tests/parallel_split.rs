@@ -89,7 +89,7 @@ fn check_splits(
     for &(mode, ranks) in splits {
         let model = SplitModel::load(dir, ranks, mode, numerics).expect("split model");
         let got = split_steps(&model, &seqs, split);
-        let exact = mode == SplitMode::Layers || ranks == 1;
+        let exact = mode == SplitMode::Layer || ranks == 1;
         let (mut flips, mut total) = (0, 0);
         for (step, (g, w)) in got.iter().zip(&want).enumerate() {
             for (seq, (gl, wl)) in g.iter().zip(w).enumerate() {
@@ -116,8 +116,8 @@ const ALL: [(SplitMode, usize); 6] = [
     (SplitMode::Tensor, 3),
     (SplitMode::Tensor, 4),
     (SplitMode::Tensor, 1),
-    (SplitMode::Layers, 2),
-    (SplitMode::Layers, 4),
+    (SplitMode::Layer, 2),
+    (SplitMode::Layer, 4),
 ];
 
 #[test]
@@ -185,7 +185,7 @@ fn synthetic_twelve_heads_splits_match_reference() {
         (SplitMode::Tensor, 3),
         (SplitMode::Tensor, 4),
         (SplitMode::Tensor, 6),
-        (SplitMode::Layers, 3),
+        (SplitMode::Layer, 3),
     ];
     check_splits(dir.path(), Numerics::Reference, &splits, 40, TOL);
     check_splits(dir.path(), Numerics::Official, &splits, 40, FLIP_TOL);

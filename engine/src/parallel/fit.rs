@@ -113,7 +113,7 @@ pub fn rank_state_bytes(plan: &SplitPlan, r: usize, context: usize) -> u64 {
     let (cfg, rank) = (&plan.cfg, &plan.ranks[r]);
     let mut layers: Vec<usize> = match plan.mode {
         SplitMode::Tensor => (0..cfg.num_hidden_layers).collect(),
-        SplitMode::Layers => rank.layers.clone().collect(),
+        SplitMode::Layer => rank.layers.clone().collect(),
     };
     if rank.mtp {
         layers.push(cfg.num_hidden_layers);

@@ -6,7 +6,7 @@
 //!
 //! **Two modes.** [`SplitMode::Tensor`] puts every layer on every rank and splits inside
 //! layers (two all-reduces of `[T, D]` per layer; all ranks busy on every token).
-//! [`SplitMode::Layers`] gives each rank consecutive layers balanced by bytes (one hand-off of
+//! [`SplitMode::Layer`] gives each rank consecutive layers balanced by bytes (one hand-off of
 //! the `[T, n, D]` residual streams per rank boundary; ranks idle in turn unless the batch is
 //! pipelined). Tensor mode is the decode-latency choice; layer mode needs no collective
 //! library at all and is exact (no reassociation).

@@ -49,7 +49,7 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
                 let mut ranks = self.mtp_ranks(st)?;
                 super::tp::block(self, rope, &mut ranks, &mut x, next_tokens, &segs)?;
             }
-            SplitMode::Layers => {
+            SplitMode::Layer => {
                 for (rank, state) in self.ranks.iter().zip(st.ranks.iter_mut()) {
                     let (Some(m), Some(s)) = (&rank.mtp, state) else {
                         continue;

@@ -7,15 +7,11 @@ use crate::model::{LinearFormat, ModelConfig};
 use crate::reference::weights::ACT_QUANT_BLOCK;
 use std::ops::Range;
 
-/// How the model is split over ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SplitMode {
-    /// Every layer on every rank: attention by heads, routed experts by id, the shared expert
-    /// by intermediate rows; two all-reduces per layer.
-    Tensor,
-    /// Consecutive layers per rank (balanced by bytes); the residual streams are handed on.
-    Layers,
-}
+/// How the model is split over ranks: the engine setting of the same name. `Tensor`: every layer
+/// on every rank (attention by heads, routed experts by id, the shared expert by intermediate
+/// rows; two all-reduces per layer). `Layer`: consecutive layers per rank (balanced by bytes),
+/// the residual streams handed on.
+pub use crate::api::SplitMode;
 
 /// Why a plan cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,7 +79,7 @@ impl SplitPlan {
         }
         let mut plan = match mode {
             SplitMode::Tensor => tensor_plan(cfg, ranks)?,
-            SplitMode::Layers => layer_plan(cfg, ranks)?,
+            SplitMode::Layer => layer_plan(cfg, ranks)?,
         };
         for r in 0..plan.ranks.len() {
             let bytes = rank_shares(&plan, r).iter().map(share_bytes).sum();
@@ -227,7 +223,7 @@ fn layer_plan(cfg: &ModelConfig, ranks: usize) -> Result<SplitPlan, PlanError> {
         })
         .collect();
     Ok(SplitPlan {
-        mode: SplitMode::Layers,
+        mode: SplitMode::Layer,
         cfg: cfg.clone(),
         ranks,
         exchange_latent: false,

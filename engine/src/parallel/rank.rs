@@ -83,7 +83,7 @@ pub fn build_rank(
         mtp: rp.mtp.then(|| mtp_head(&l, cfg)).transpose()?,
     };
     let attn_cfg = match plan.mode {
-        SplitMode::Layers => cfg.clone(),
+        SplitMode::Layer => cfg.clone(),
         SplitMode::Tensor => rank_attention_config(cfg, rp),
     };
     src.finish()?;
@@ -105,7 +105,7 @@ fn block(
     layer: usize,
 ) -> Result<(BlockWeights, Option<OutProjection>), CheckpointError> {
     match plan.mode {
-        SplitMode::Layers => Ok((l.block(&plan.cfg, layer)?, None)),
+        SplitMode::Layer => Ok((l.block(&plan.cfg, layer)?, None)),
         SplitMode::Tensor => {
             let (b, o) = tensor_block(l, &plan.cfg, rp, layer)?;
             Ok((b, Some(o)))

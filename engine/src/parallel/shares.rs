@@ -103,7 +103,7 @@ pub fn rank_shares(plan: &SplitPlan, r: usize) -> Vec<TensorShare> {
                 };
                 match (held, plan.mode) {
                     (false, _) => Vec::new(),
-                    (true, SplitMode::Layers) => vec![Part::Whole],
+                    (true, SplitMode::Layer) => vec![Part::Whole],
                     (true, SplitMode::Tensor) => tensor_parts(cfg, rank, rest),
                 }
             }

@@ -107,7 +107,7 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
                     super::tp::block(self, rope, &mut ranks, &mut streams, &tokens, &segs)?;
                 }
             }
-            SplitMode::Layers => super::pipeline::run(self, &mut streams, &tokens, &segs, batch)?,
+            SplitMode::Layer => super::pipeline::run(self, &mut streams, &tokens, &segs, batch)?,
         }
         for b in batch.iter_mut() {
             b.state.pos += b.tokens.len();
