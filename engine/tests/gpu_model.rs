@@ -174,3 +174,35 @@ fn batch_of_three_equals_each_alone() {
         }
     }
 }
+
+/// Thousands of decode steps (the window ring wraps ~25 times, hundreds of CSA and several HCA
+/// windows close) stay as close to the CPU reference as the first ones: no drift in the caches.
+#[test]
+fn long_run_stays_with_the_cpu_reference() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let Some(case) = golden_case() else {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return;
+    };
+    let case = case.extended(3000, 4096);
+    let mut gpu = gpu_backend_with_context(&case, Numerics::Reference, true, 4096);
+    let got = teacher_forced(&mut gpu, &case);
+    let want = run_cpu(&case, Numerics::Reference);
+    let (agree, median, _) = compare(&got, &want);
+    let tail = got.len() - 500;
+    let (tail_agree, tail_median, _) = compare(&got[tail..], &want[tail..]);
+    eprintln!(
+        "{} rows: argmax agreement {agree:.3}, median cosine {median:.6}; last 500: {tail_agree:.3}, {tail_median:.6}",
+        got.len()
+    );
+    assert!(
+        agree >= 0.95 && median >= 0.999,
+        "whole run: {agree} / {median}"
+    );
+    assert!(
+        tail_agree >= 0.95 && tail_median >= 0.999,
+        "last 500 rows: {tail_agree} / {tail_median}"
+    );
+}

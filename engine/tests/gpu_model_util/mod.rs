@@ -66,6 +66,17 @@ impl Case {
         }
     }
 
+    /// The same checkpoint and prompt, then `n` pseudo-random tokens fed one at a time.
+    pub fn extended(&self, n: usize, vocab: usize) -> Case {
+        let mut rng = SplitMix64::new(29);
+        Case {
+            name: format!("{} (+{n} steps)", self.name),
+            dir: self.dir.clone(),
+            prompt: self.prompt.clone(),
+            fed: (0..n).map(|_| rng.below(vocab as u64) as u32).collect(),
+        }
+    }
+
     pub fn truncated(&self, prompt: usize, decode: usize) -> Case {
         Case {
             name: format!("{} (short)", self.name),
@@ -77,10 +88,19 @@ impl Case {
 }
 
 pub fn gpu_backend(case: &Case, numerics: Numerics, graphs: bool) -> GpuBackend {
+    gpu_backend_with_context(case, numerics, graphs, 2048)
+}
+
+pub fn gpu_backend_with_context(
+    case: &Case,
+    numerics: Numerics,
+    graphs: bool,
+    max_context: usize,
+) -> GpuBackend {
     let opts = GpuOptions {
         numerics,
         max_seqs: 4,
-        max_context: 2048,
+        max_context,
         cuda_graphs: graphs,
         graph_buckets: vec![1, 2, 4],
     };
@@ -88,7 +108,7 @@ pub fn gpu_backend(case: &Case, numerics: Numerics, graphs: bool) -> GpuBackend 
 }
 
 /// Logits rows: after the prompt, then after each fed token.
-fn teacher_forced(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
+pub fn teacher_forced(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
     let seq = b.create_seq().expect("seq");
     let mut rows = b
         .forward(&[Work {
