@@ -11,7 +11,6 @@ use super::state::SplitMtpState;
 use super::tp::RankLayer;
 use crate::reference::attention::{BlockCtx, Segment};
 use crate::reference::block;
-use crate::reference::ops::rmsnorm_rows;
 use crate::reference::state::LayerState;
 
 impl<C: Collective<Buf = [f32]>> SplitModel<C> {
@@ -90,18 +89,8 @@ impl<C: Collective<Buf = [f32]>> SplitModel<C> {
             rows,
             got: streams.len(),
         })?;
-        let mut e = self.mtp_embedding(next_tokens)?;
-        rmsnorm_rows(&mut e, &head.enorm, cfg.rms_norm_eps);
-        let mut h = h.to_vec();
-        rmsnorm_rows(&mut h, &head.hnorm, cfg.rms_norm_eps);
-        let ep = head.e_proj.forward(&e, self.numerics);
-        let mut x = head.h_proj.forward(&h, self.numerics);
-        for (chunk, e) in x.chunks_mut(n * d).zip(ep.chunks(d)) {
-            for stream in chunk.chunks_mut(d) {
-                stream.iter_mut().zip(e).for_each(|(v, e)| *v += e);
-            }
-        }
-        Ok(x)
+        let e = self.mtp_embedding(next_tokens)?;
+        Ok(head.input(cfg, &e, h, self.numerics))
     }
 
     /// `[T, D]` embedding rows of `tokens`, on the rank that runs MTP.

@@ -7,6 +7,7 @@ use super::slice::{rank_attention_config, tensor_block, OutProjection};
 use super::source::RankSource;
 use crate::model::checkpoint::CheckpointError;
 use crate::model::ModelConfig;
+pub use crate::reference::weights::MtpHead;
 use crate::reference::weights::{BlockWeights, HcParams, Linear, Loader};
 use std::ops::Range;
 
@@ -28,17 +29,6 @@ pub struct MtpBlock {
     pub block: BlockWeights,
     /// Tensor mode: the rank's output projection of the MTP attention.
     pub out: Option<OutProjection>,
-}
-
-/// The MTP block's input projections and its own head side (the vocabulary head is shared).
-#[derive(Debug, Clone)]
-pub struct MtpHead {
-    pub e_proj: Linear,
-    pub h_proj: Linear,
-    pub enorm: Vec<f32>,
-    pub hnorm: Vec<f32>,
-    pub norm: Vec<f32>,
-    pub hc_head: HcParams,
 }
 
 /// The vocabulary side: HC head, final norm, head.
@@ -80,7 +70,7 @@ pub fn build_rank(
     let globals = RankGlobals {
         embed: rp.embed.then(|| l.vec("embed.weight")).transpose()?,
         head: rp.head.then(|| head_side(&l)).transpose()?,
-        mtp: rp.mtp.then(|| mtp_head(&l, cfg)).transpose()?,
+        mtp: rp.mtp.then(|| l.mtp_head(cfg)).transpose()?,
     };
     let attn_cfg = match plan.mode {
         SplitMode::Layer => cfg.clone(),
@@ -118,18 +108,5 @@ fn head_side(l: &Loader<'_, RankSource>) -> Result<HeadSide, CheckpointError> {
         head: l.linear_plain("head")?,
         norm: l.vec("norm.weight")?,
         hc_head: l.hc("hc_head")?,
-    })
-}
-
-/// The same tensors as [`Loader::mtp`] reads besides the block.
-fn mtp_head(l: &Loader<'_, RankSource>, cfg: &ModelConfig) -> Result<MtpHead, CheckpointError> {
-    let p = cfg.block_prefix(cfg.num_hidden_layers);
-    Ok(MtpHead {
-        e_proj: l.linear(&format!("{p}e_proj"))?,
-        h_proj: l.linear(&format!("{p}h_proj"))?,
-        enorm: l.vec(&format!("{p}enorm.weight"))?,
-        hnorm: l.vec(&format!("{p}hnorm.weight"))?,
-        norm: l.vec(&format!("{p}norm.weight"))?,
-        hc_head: l.hc(&format!("{p}hc_head"))?,
     })
 }

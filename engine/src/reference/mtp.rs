@@ -4,7 +4,6 @@
 use super::attention::Segment;
 use super::block;
 use super::model::Model;
-use super::ops::rmsnorm_rows;
 use super::state::LayerState;
 
 /// The MTP block's own window state for one sequence.
@@ -35,7 +34,7 @@ impl Model {
         let cfg = &self.cfg;
         let (d, n) = (cfg.hidden_size, cfg.hc_mult);
         let rows = next_tokens.len();
-        let mut e: Vec<f32> = next_tokens
+        let e: Vec<f32> = next_tokens
             .iter()
             .flat_map(|&t| {
                 self.weights.embed[t as usize * d..(t as usize + 1) * d]
@@ -43,20 +42,9 @@ impl Model {
                     .copied()
             })
             .collect();
-        rmsnorm_rows(&mut e, &w.enorm, cfg.rms_norm_eps);
-        let mut h = streams[..rows * n * d].to_vec();
-        rmsnorm_rows(&mut h, &w.hnorm, cfg.rms_norm_eps);
-        let ep = w.e_proj.forward(&e, self.numerics);
-        let hp = w.h_proj.forward(&h, self.numerics);
-        let mut x = hp;
-        for (t, chunk) in x.chunks_mut(n * d).enumerate() {
-            for stream in chunk.chunks_mut(d) {
-                stream
-                    .iter_mut()
-                    .zip(&ep[t * d..(t + 1) * d])
-                    .for_each(|(v, e)| *v += e);
-            }
-        }
+        let mut x = w
+            .head
+            .input(cfg, &e, &streams[..rows * n * d], self.numerics);
         let layer = cfg.num_hidden_layers;
         let segs = [Segment {
             rows: 0..rows,
@@ -74,6 +62,6 @@ impl Model {
             None,
         );
         st.pos += rows;
-        Some(self.project_vocab(&x, &w.hc_head, &w.norm))
+        Some(self.project_vocab(&x, &w.head.hc_head, &w.head.norm))
     }
 }

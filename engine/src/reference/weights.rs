@@ -2,7 +2,7 @@
 //! [`TensorSource`]: the whole checkpoint, or (for a split model) one rank's loaded shares,
 //! where a split tensor comes back as the rank's rows/columns only.
 
-use super::ops::matmul_t;
+use super::ops::{matmul_t, rmsnorm_rows};
 use super::quant::fake_quant_fp8;
 use crate::api::Numerics;
 use crate::model::checkpoint::{Checkpoint, CheckpointError, DenseTensor};
@@ -116,14 +116,46 @@ pub struct BlockWeights {
     pub moe: MoeWeights,
 }
 
+/// The MTP block's input projections and its own head side (the vocabulary head is shared).
 #[derive(Debug, Clone)]
-pub struct MtpWeights {
+pub struct MtpHead {
     pub e_proj: Linear,
     pub h_proj: Linear,
     pub enorm: Vec<f32>,
     pub hnorm: Vec<f32>,
     pub norm: Vec<f32>,
     pub hc_head: HcParams,
+}
+
+impl MtpHead {
+    /// The MTP block's input streams `[T, n, D]`: `h_proj(hnorm(X_t)) + e_proj(enorm(e))` for
+    /// final streams `streams` `[T, n, D]` and the next tokens' embedding rows `embed` `[T, D]`.
+    pub fn input(
+        &self,
+        cfg: &ModelConfig,
+        embed: &[f32],
+        streams: &[f32],
+        numerics: Numerics,
+    ) -> Vec<f32> {
+        let (d, n) = (cfg.hidden_size, cfg.hc_mult);
+        let mut e = embed.to_vec();
+        rmsnorm_rows(&mut e, &self.enorm, cfg.rms_norm_eps);
+        let mut h = streams.to_vec();
+        rmsnorm_rows(&mut h, &self.hnorm, cfg.rms_norm_eps);
+        let ep = self.e_proj.forward(&e, numerics);
+        let mut x = self.h_proj.forward(&h, numerics);
+        for (chunk, e) in x.chunks_mut(n * d).zip(ep.chunks(d)) {
+            for stream in chunk.chunks_mut(d) {
+                stream.iter_mut().zip(e).for_each(|(v, e)| *v += e);
+            }
+        }
+        x
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MtpWeights {
+    pub head: MtpHead,
     pub block: BlockWeights,
 }
 
@@ -339,16 +371,21 @@ impl<S: TensorSource + ?Sized> Loader<'_, S> {
     }
 
     pub fn mtp(&self, cfg: &ModelConfig) -> Result<MtpWeights, CheckpointError> {
-        let layer = cfg.num_hidden_layers;
-        let p = cfg.block_prefix(layer);
         Ok(MtpWeights {
+            head: self.mtp_head(cfg)?,
+            block: self.block(cfg, cfg.num_hidden_layers)?,
+        })
+    }
+
+    pub fn mtp_head(&self, cfg: &ModelConfig) -> Result<MtpHead, CheckpointError> {
+        let p = cfg.block_prefix(cfg.num_hidden_layers);
+        Ok(MtpHead {
             e_proj: self.linear(&format!("{p}e_proj"))?,
             h_proj: self.linear(&format!("{p}h_proj"))?,
             enorm: self.vec(&format!("{p}enorm.weight"))?,
             hnorm: self.vec(&format!("{p}hnorm.weight"))?,
             norm: self.vec(&format!("{p}norm.weight"))?,
             hc_head: self.hc(&format!("{p}hc_head"))?,
-            block: self.block(cfg, layer)?,
         })
     }
 }
