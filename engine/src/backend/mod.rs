@@ -8,6 +8,7 @@ pub use cpu::CpuBackend;
 
 use crate::api::GpuStatus;
 use crate::model::ModelConfig;
+use crate::sampler::{pick, Draw};
 
 /// A sequence (one conversation's decode state) inside a backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -62,6 +63,17 @@ pub trait Backend: Send {
     /// Feeds each item's tokens (prefill chunks and single decode tokens may be mixed) and
     /// returns the logits `[vocab]` after each item's last token.
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError>;
+    /// Like [`Backend::forward`], but returns the token each item's draw picks from its logits
+    /// ([`crate::sampler::pick`]). Items still mid-prompt pass [`Draw::GREEDY`] and ignore the
+    /// result. Backends that sample on the device override this to copy back ids, not logits.
+    fn forward_pick(
+        &mut self,
+        work: &[Work<'_>],
+        draws: &[Draw],
+    ) -> Result<Vec<u32>, BackendError> {
+        let logits = self.forward(work)?;
+        Ok(logits.iter().zip(draws).map(|(l, d)| pick(l, d)).collect())
+    }
     /// Saves the sequence's current point.
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError>;
     /// Rewinds the sequence to a snapshot taken on it earlier (its tokens up to that point

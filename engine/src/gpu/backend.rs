@@ -5,12 +5,14 @@
 use super::attention::AttnSnapshot;
 use super::graph::GraphSet;
 use super::model::{GpuModel, StepInput};
+use super::sampling::DeviceSampler;
 use super::weights::ModelWeightsDev;
 use super::RunnerError;
 use crate::api::{GpuStatus, Numerics};
 use crate::backend::{check_tokens, Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::ModelConfig;
+use crate::sampler::Draw;
 use dsv4_kernels::GpuContext;
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,6 +44,7 @@ struct Snap {
 pub struct GpuBackend {
     model: GpuModel,
     graphs: GraphSet,
+    sampler: DeviceSampler,
     seqs: HashMap<SeqId, Seq>,
     free_slots: Vec<usize>,
     snapshots: HashMap<SnapshotId, Snap>,
@@ -91,9 +94,11 @@ impl GpuBackend {
         } else {
             GraphSet::empty()
         };
+        let sampler = DeviceSampler::new(&model, seqs)?;
         Ok(GpuBackend {
             model,
             graphs,
+            sampler,
             seqs: HashMap::new(),
             free_slots: (0..seqs).rev().collect(),
             snapshots: HashMap::new(),
@@ -126,22 +131,25 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Feeds every item's tokens, one token per item per step; after each item's last token records its
-    /// greedy next token and, with `logits`, its logits.
+    /// Feeds every item's tokens, one token per item per step; after each item's last token records
+    /// the token its draw picks (greedy without `draws`) and, with `logits`, its logits.
     fn feed(
         &mut self,
         work: &[Work<'_>],
+        draws: Option<&[Draw]>,
         logits: bool,
     ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
         self.check_work(work)?;
         let mut out = vec![(0u32, Vec::new()); work.len()];
         let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
         let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);
+        let mut row_draws = Vec::new();
         for t in 0..steps {
             toks.clear();
             slots.clear();
             poss.clear();
             items.clear();
+            row_draws.clear();
             for (i, w) in work.iter().enumerate().filter(|(_, w)| t < w.tokens.len()) {
                 let seq = self
                     .seqs
@@ -151,6 +159,11 @@ impl GpuBackend {
                 slots.push(seq.slot as i32);
                 poss.push((seq.pos + t) as i32);
                 items.push(i);
+                let last = t + 1 == w.tokens.len();
+                row_draws.push(match draws {
+                    Some(d) if last => d[i],
+                    _ => Draw::GREEDY,
+                });
             }
             let input = StepInput {
                 tokens: &toks,
@@ -158,6 +171,9 @@ impl GpuBackend {
                 positions: &poss,
             };
             self.graphs.run(&mut self.model, &input).map_err(dev)?;
+            self.sampler
+                .pick(&mut self.model, &row_draws)
+                .map_err(dev)?;
             let next = self.model.read_next(toks.len()).map_err(dev)?;
             for (row, &i) in items.iter().enumerate() {
                 if t + 1 == work[i].tokens.len() {
@@ -179,7 +195,7 @@ impl GpuBackend {
     /// Like [`Backend::forward`] but returns only each item's greedy next token (no logits copied back).
     pub fn forward_greedy(&mut self, work: &[Work<'_>]) -> Result<Vec<u32>, BackendError> {
         Ok(self
-            .feed(work, false)?
+            .feed(work, None, false)?
             .into_iter()
             .map(|(t, _)| t)
             .collect())
@@ -229,7 +245,30 @@ impl Backend for GpuBackend {
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        Ok(self.feed(work, true)?.into_iter().map(|(_, l)| l).collect())
+        Ok(self
+            .feed(work, None, true)?
+            .into_iter()
+            .map(|(_, l)| l)
+            .collect())
+    }
+
+    fn forward_pick(
+        &mut self,
+        work: &[Work<'_>],
+        draws: &[Draw],
+    ) -> Result<Vec<u32>, BackendError> {
+        if draws.len() != work.len() {
+            return Err(dev(format!(
+                "{} draws for {} work items",
+                draws.len(),
+                work.len()
+            )));
+        }
+        Ok(self
+            .feed(work, Some(draws), false)?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect())
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {

@@ -13,6 +13,7 @@ mod load;
 mod model;
 mod moe;
 pub mod probe;
+mod sampling;
 mod synth;
 mod weights;
 mod workspace;

@@ -1,11 +1,13 @@
 //! One scheduling step: every decoding turn feeds its pending token, prefilling turns feed
 //! chunks within the step's prefill budget (so a long prompt never stalls running turns), the
-//! backend runs them all as one batch, and each turn samples from its logits.
+//! backend runs them all as one batch and picks each turn's next token from its draw (on the
+//! device where the backend can).
 
 use super::turn::{TokenOutcome, Turn};
 use super::Runtime;
 use crate::api::{Event, FinishReason};
 use crate::backend::Work;
+use crate::sampler::Draw;
 use std::time::Duration;
 
 /// Live statistics are sent at least this often while decoding.
@@ -19,6 +21,13 @@ impl Runtime {
             return;
         }
         let chunks = self.plan_chunks();
+        let draws: Vec<Draw> = self
+            .active
+            .iter_mut()
+            .zip(&chunks)
+            .filter(|(_, c)| !c.is_empty())
+            .map(|(t, c)| t.draw_after(c.len()))
+            .collect();
         let result = {
             let work: Vec<Work<'_>> = self
                 .active
@@ -31,12 +40,12 @@ impl Runtime {
                 })
                 .collect();
             match self.loaded.as_mut() {
-                Some(l) => l.backend.forward(&work),
+                Some(l) => l.backend.forward_pick(&work, &draws),
                 None => return,
             }
         };
         match result {
-            Ok(logits) => self.after_forward(&chunks, logits),
+            Ok(picks) => self.after_forward(&chunks, picks),
             Err(e) => self.fail_all(&format!("the model failed: {e}")),
         }
     }
@@ -69,8 +78,8 @@ impl Runtime {
             .collect()
     }
 
-    fn after_forward(&mut self, chunks: &[Vec<u32>], logits: Vec<Vec<f32>>) {
-        let mut logits = logits.into_iter();
+    fn after_forward(&mut self, chunks: &[Vec<u32>], picks: Vec<u32>) {
+        let mut picks = picks.into_iter();
         let mut events = Vec::new();
         let mut done = Vec::new();
         let Some(loaded) = self.loaded.as_mut() else {
@@ -82,7 +91,7 @@ impl Runtime {
             if chunk.is_empty() {
                 continue;
             }
-            let Some(row) = logits.next() else { break };
+            let Some(tok) = picks.next() else { break };
             if t.pending.is_some() {
                 t.pending_fed();
             } else if t.prompt_fed(chunk.len()) {
@@ -93,7 +102,6 @@ impl Runtime {
             if t.prefilling() {
                 continue;
             }
-            let tok = t.sample(&row);
             match t.accept(tok, &loaded.tokenizer, eos, &mut events) {
                 TokenOutcome::Finished(reason) => done.push((i, reason)),
                 TokenOutcome::Continue if t.state_tokens.len() + 1 >= limit => {

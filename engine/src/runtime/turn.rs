@@ -4,7 +4,7 @@
 use crate::api::{DeltaKind, Event, FinishReason, ThinkingMode, TurnId, TurnStats};
 use crate::backend::{SeqId, SnapshotId};
 use crate::chat::{Detokenizer, OutputParser, ParseEvent, Tokenizer};
-use crate::sampler::{Sampler, StopChecker};
+use crate::sampler::{Draw, Sampler, StopChecker};
 use std::time::{Duration, Instant};
 
 /// Tokens before the end of the prompt where an extra snapshot is taken: re-encoding a
@@ -129,8 +129,15 @@ impl Turn {
         }
     }
 
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        self.sampler.sample(logits)
+    /// The draw for the token after feeding `fed_now` more tokens: the sampler's next one when
+    /// a token will be chosen then (a decode step, or the prompt's last chunk), else greedy (the
+    /// result is ignored and the random stream is left untouched).
+    pub fn draw_after(&mut self, fed_now: usize) -> Draw {
+        if self.pending.is_some() || self.fed + fed_now >= self.prompt.len() {
+            self.sampler.draw()
+        } else {
+            Draw::GREEDY
+        }
     }
 
     /// Handles a newly sampled token: streams its text as events, checks the stop conditions.

@@ -4,16 +4,16 @@
 //! top-k, top-p (nucleus) and min-p filtering, with a seeded PRNG so that a seed reproduces a
 //! run exactly.
 
+mod draw;
 mod rng;
 mod select;
 mod stop;
 
+pub use draw::{pick, Draw};
 pub use rng::Rng;
 pub use stop::{StopChecker, StopOutcome};
 
 use serde::{Deserialize, Serialize};
-
-use select::{argmax, candidates, Filters};
 
 /// Sampling settings of one request. Defaults follow the model card (spec §4):
 /// temperature 1.0, top-p 1.0, no top-k, no min-p.
@@ -51,13 +51,6 @@ impl Default for SamplingParams {
     }
 }
 
-impl SamplingParams {
-    /// Whether sampling is deterministic argmax (temperature 0, or NaN, or top-k 1).
-    pub fn is_greedy(&self) -> bool {
-        self.temperature.is_nan() || self.temperature <= 0.0 || self.top_k == 1
-    }
-}
-
 /// A sampler for one sequence: parameters plus its own random stream.
 #[derive(Debug, Clone)]
 pub struct Sampler {
@@ -90,31 +83,26 @@ impl Sampler {
         StopChecker::new(&self.params.stop_strings)
     }
 
+    /// The next decision: this request's filters and, unless greedy, one number from its stream.
+    pub fn draw(&mut self) -> Draw {
+        let p = &self.params;
+        let mut d = Draw {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p.clamp(0.0, 1.0),
+            uniform: 0.0,
+        };
+        if !d.is_greedy() {
+            d.uniform = self.rng.next_f64();
+        }
+        d
+    }
+
     /// Picks the next token id from one row of logits (length = vocabulary size).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.params.is_greedy() {
-            return argmax(logits);
-        }
-        let filters = Filters {
-            temperature: self.params.temperature,
-            top_k: self.params.top_k as usize,
-            top_p: self.params.top_p,
-            min_p: self.params.min_p.clamp(0.0, 1.0),
-        };
-        let kept = candidates(logits, &filters);
-        let total: f64 = kept.iter().map(|c| f64::from(c.1)).sum();
-        if kept.is_empty() || total.is_nan() || total <= 0.0 {
-            return argmax(logits);
-        }
-        let mut r = self.rng.next_f64() * total;
-        for &(id, w) in &kept {
-            r -= f64::from(w);
-            if r < 0.0 {
-                return id;
-            }
-        }
-        // Rounding left a sliver of mass: the last candidate owns it.
-        kept.last().map_or_else(|| argmax(logits), |c| c.0)
+        let draw = self.draw();
+        pick(logits, &draw)
     }
 }
 

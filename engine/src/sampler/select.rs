@@ -1,8 +1,13 @@
-//! Candidate filtering for one sampling step: temperature, top-k, top-p, min-p.
+//! Candidate filtering for one sampling step: temperature, top-k, top-p, min-p, and the draw.
 //!
 //! Works on unnormalised weights `w = exp((logit - max) / T)` (so the most likely token has
 //! weight 1 and min-p is a plain threshold) and never sorts the whole vocabulary unless it
 //! must: top-k uses a partial select, top-p sorts growing prefixes until the mass is reached.
+//!
+//! This is also the specification of the GPU sampler (`kernels/cuda/sample.cu`), which must pick
+//! the same token for the same [`Draw`]: the weight is `exp` taken in f64 and rounded to f32 (both
+//! sides' f64 `exp` round to the same f32), and the draw walks the surviving tokens in id order, an
+//! order a parallel prefix sum can reproduce (a walk in weight order would need a full sort).
 
 /// A token and its unnormalised probability.
 pub(crate) type Candidate = (u32, f32);
@@ -51,13 +56,7 @@ pub(crate) fn candidates(logits: &[f32], f: &Filters) -> Vec<Candidate> {
         return vec![(argmax(logits), 1.0)];
     }
     let inv_t = 1.0 / f.temperature;
-    let weight = |l: f32| {
-        if l.is_nan() {
-            0.0
-        } else {
-            ((l - max) * inv_t).exp()
-        }
-    };
+    let weight = |l: f32| weight(l, max, inv_t);
     let min_w = f.min_p.max(0.0);
     let top_k_on = f.top_k > 0 && f.top_k < logits.len();
     let top_p_on = f.top_p < 1.0;
@@ -73,7 +72,7 @@ pub(crate) fn candidates(logits: &[f32], f: &Filters) -> Vec<Candidate> {
         if top_p_on {
             cut_at_mass(&mut all, f.top_p, mass);
         }
-        all.retain(|c| c.1 >= min_w);
+        all.retain(|c| c.1 > 0.0 && c.1 >= min_w);
         return all;
     }
 
@@ -92,6 +91,17 @@ pub(crate) fn candidates(logits: &[f32], f: &Filters) -> Vec<Candidate> {
         nucleus(&mut kept, f.top_p, mass);
     }
     kept
+}
+
+/// `exp((l - max) * inv_t)` evaluated in f64 and rounded once to f32; NaN (from a NaN logit or
+/// an infinite one) weighs nothing.
+pub(crate) fn weight(l: f32, max: f32, inv_t: f32) -> f32 {
+    let w = f64::from((l - max) * inv_t).exp() as f32;
+    if w.is_nan() {
+        0.0
+    } else {
+        w
+    }
 }
 
 /// Keeps the smallest prefix of `sorted` whose weight reaches `p * mass` (at least one).

@@ -1,4 +1,4 @@
-//! The model runner's kernels (mhc.cu, moe_route.cu, bf16_gemv.cu, sample.cu, synth.cu), resolved once.
+//! The model runner's kernels (mhc.cu, moe_route.cu, bf16_gemv.cu, sample*.cu, synth.cu), resolved once.
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule};
@@ -20,6 +20,7 @@ pub struct RunnerKernels {
     /// bf16_gemv_nt{1,2,4,8}.
     pub bf16_gemv: [CudaFunction; 4],
     pub argmax_rows: CudaFunction,
+    pub sample_rows: CudaFunction,
     pub synth_fill: CudaFunction,
 }
 
@@ -45,6 +46,7 @@ impl RunnerKernels {
                 get("bf16_gemv_nt8")?,
             ],
             argmax_rows: get("argmax_rows")?,
+            sample_rows: get("sample_rows")?,
             synth_fill: get("synth_fill")?,
         })
     }
