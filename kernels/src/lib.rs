@@ -21,6 +21,7 @@ pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Tune};
 pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
 pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};
+pub use ops::split::RANK_MAX;
 pub use ops::synth::Fill;
 // attention kernels
 pub use ops::attn_params as attn;

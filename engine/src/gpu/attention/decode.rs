@@ -147,15 +147,55 @@ fn run<'a>(
         marks,
     };
     st.mark("start")?;
-    project(&st, layer, state, a, sc)?;
-    let proj = dptr(&sc.proj, stream);
+    heads(&st, layer, state, a, sc)?;
+    output(&st, layer, sc, out)
+}
+
+/// Everything up to the attention output of every head in `sc.o` (group-major).
+fn heads(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+) -> Result<(), GpuError> {
+    project(st, layer, state, a, sc)?;
+    let proj = dptr(&sc.proj, st.s);
     if let (Some(c), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
-        stages::compress(&st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
+        stages::compress(st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
         st.mark("compress")?;
     }
-    stages::indexer(&st, layer, state, sc)?;
-    stages::attend(&st, layer, state, sc)?;
-    output(&st, layer, sc, out)
+    stages::indexer(st, layer, state, sc)?;
+    stages::attend(st, layer, state, sc)
+}
+
+/// [`decode`] without the output projection: leaves the heads' outputs in `sc.o` (group-major
+/// `[groups, rows, heads·head_dim/groups]`). A tensor-parallel rank projects them itself (rank.rs).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_heads(
+    ctx: &GpuContext,
+    stream: &CudaStream,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    meta: &StepMeta,
+    rows: usize,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+    numerics: Numerics,
+) -> Result<(), GpuError> {
+    let cfg = &layer.cfg;
+    check(layer, state, meta, rows, cfg, sc, (a.len(), a.len()))?;
+    let st = Step {
+        ctx,
+        s: stream,
+        cfg,
+        rows,
+        official: numerics == Numerics::Official,
+        slots: dptr(&meta.slots, stream),
+        positions: dptr(&meta.positions, stream),
+        marks: None,
+    };
+    heads(&st, layer, state, a, sc)
 }
 
 /// q (normed per head, roped), the window row, and the stacked bf16 projections.
