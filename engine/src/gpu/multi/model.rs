@@ -17,14 +17,15 @@ use crate::parallel::plan::{SplitMode, SplitPlan};
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaSlice};
 use dsv4_kernels::HC_STREAMS;
 
-/// Events around every collective of an eager step on rank 0's stream (the bench's collective time).
+/// Events around every collective of an eager step (the bench's collective time): on rank 0's stream for
+/// all-reduces, on the sender's for a hand-off.
 #[derive(Default)]
 pub struct CollectiveProbe {
     pub spans: Vec<(CudaEvent, CudaEvent)>,
 }
 
 impl CollectiveProbe {
-    /// Milliseconds inside collectives (as rank 0 sees it: waiting for the others included).
+    /// Milliseconds inside collectives (waiting for the other ranks included).
     pub fn total_ms(&self) -> Result<f64, RunnerError> {
         let mut ms = 0.0;
         for (a, b) in &self.spans {
@@ -171,11 +172,13 @@ impl MultiModel {
         self.ranks[0].embed(rows)?;
         for r in 0..self.ranks.len() {
             if r > 0 {
-                let start = self.mark(probe)?;
-                let (done, rest) = self.ranks.split_at_mut(r);
-                let (src, dst) = (&done[r - 1].ws.x, &mut rest[0].ws.x);
-                self.comm.send(r - 1, r, src, dst, len)?;
-                self.span(probe, start)?;
+                let start = self.mark(probe, r - 1)?;
+                {
+                    let (done, rest) = self.ranks.split_at_mut(r);
+                    let (src, dst) = (&done[r - 1].ws.x, &mut rest[0].ws.x);
+                    self.comm.send(r - 1, r, src, dst, len)?;
+                }
+                self.span(probe, start, r - 1)?;
             }
             self.ranks[r].blocks(rows, self.numerics)?;
         }
@@ -197,31 +200,36 @@ impl MultiModel {
         len: usize,
         pick: impl Fn(&mut Rank) -> &mut CudaSlice<f32>,
     ) -> Result<(), RunnerError> {
-        let start = self.mark(probe)?;
+        let start = self.mark(probe, 0)?;
         {
             let mut bufs: Vec<_> = self.ranks.iter_mut().map(pick).collect();
             self.comm.all_reduce_sum(&mut bufs, len)?;
         }
-        self.span(probe, start)
+        self.span(probe, start, 0)
     }
 
-    fn event(&self) -> Result<CudaEvent, RunnerError> {
-        let s = &self.ranks[0].gpu.stream;
+    fn event(&self, rank: usize) -> Result<CudaEvent, RunnerError> {
+        let s = &self.ranks[rank].gpu.stream;
         Ok(s.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?)
     }
 
-    /// An event on rank 0's stream when probing.
-    fn mark(&self, probe: &Option<&mut CollectiveProbe>) -> Result<Option<CudaEvent>, RunnerError> {
-        probe.as_ref().map(|_| self.event()).transpose()
+    /// An event on `rank`'s stream when probing.
+    fn mark(
+        &self,
+        probe: &Option<&mut CollectiveProbe>,
+        rank: usize,
+    ) -> Result<Option<CudaEvent>, RunnerError> {
+        probe.as_ref().map(|_| self.event(rank)).transpose()
     }
 
     fn span(
         &self,
         probe: &mut Option<&mut CollectiveProbe>,
         start: Option<CudaEvent>,
+        rank: usize,
     ) -> Result<(), RunnerError> {
         if let (Some(p), Some(a)) = (probe.as_deref_mut(), start) {
-            p.spans.push((a, self.event()?));
+            p.spans.push((a, self.event(rank)?));
         }
         Ok(())
     }
