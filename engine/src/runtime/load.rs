@@ -182,14 +182,19 @@ fn load_on_gpus(
                 let eta = p.eta().map_or(String::new(), |e| {
                     format!(", about {:.0} s left", e.as_secs_f64())
                 });
-                progress(0.3 + 0.6 * done, &format!("loading weights: {:.0}%{eta}", 100.0 * done));
+                progress(
+                    0.3 + 0.6 * done,
+                    &format!("loading weights: {:.0}%{eta}", 100.0 * done),
+                );
             }
         }
         job.join()
     });
     match loaded {
         Ok(Ok(b)) => Ok(Box::new(b) as Box<dyn Backend>),
-        Ok(Err(e)) => Err(format!("the CUDA backend could not load the model on {devices:?} ({e})")),
+        Ok(Err(e)) => Err(format!(
+            "the CUDA backend could not load the model on {devices:?} ({e})"
+        )),
         Err(_) => Err("the GPU loader thread panicked".into()),
     }
 }

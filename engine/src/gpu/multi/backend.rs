@@ -43,8 +43,9 @@ struct Snap {
 }
 
 pub struct MultiGpuBackend {
-    model: MultiModel,
+    /// Before the model: graphs holding NCCL work are destroyed before the communicators.
     graphs: MultiGraphs,
+    model: MultiModel,
     seqs: HashMap<SeqId, Seq>,
     free_slots: Vec<usize>,
     snapshots: HashMap<SnapshotId, Snap>,

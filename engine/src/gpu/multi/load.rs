@@ -97,6 +97,16 @@ pub fn release(gpus: &[Arc<GpuContext>]) -> Result<(), RunnerError> {
     Ok(())
 }
 
+/// Free memory of each GPU once its streams are idle (`gpus` may repeat a GPU).
+pub fn free_memory(gpus: &[Arc<GpuContext>]) -> Result<Vec<usize>, RunnerError> {
+    gpus.iter()
+        .map(|g| {
+            g.stream.synchronize()?;
+            Ok(g.ctx.mem_get_info()?.0)
+        })
+        .collect()
+}
+
 /// Reads every rank's share of `dir` onto `gpus` (rank r on `gpus[r]`) and builds its weights.
 /// On failure nothing stays on the GPUs.
 pub fn load_rank_weights(

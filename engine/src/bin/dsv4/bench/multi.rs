@@ -61,8 +61,15 @@ pub fn run(args: &BenchArgs, devices: &[usize], mode: SplitMode) -> anyhow::Resu
             SplitMode::Tensor => rank_attention_config(&cfg, &plan.ranks[r])?,
             SplitMode::Layer => cfg.clone(),
         };
-        ranks.push(Rank::new(g.clone(), &cfg, &attn_cfg, w, max_b + 1, max_b, max_ctx)?);
-        g.stream.synchronize()?;
+        ranks.push(Rank::new(
+            g.clone(),
+            &cfg,
+            &attn_cfg,
+            w,
+            max_b + 1,
+            max_b,
+            max_ctx,
+        )?);
     }
     let comm = collective_for(&gpus)?;
     let collective = comm.name().to_string();
@@ -70,9 +77,12 @@ pub fn run(args: &BenchArgs, devices: &[usize], mode: SplitMode) -> anyhow::Resu
         "{} ranks ({} split, {collective}) on GPUs {devices:?}: weights {:?} GB per rank",
         gpus.len(),
         split_name(mode),
-        gb.iter().map(|g| (g * 10.0).round() / 10.0).collect::<Vec<_>>()
+        gb.iter()
+            .map(|g| (g * 10.0).round() / 10.0)
+            .collect::<Vec<_>>()
     );
     let mut model = MultiModel::new(plan, Numerics::Official, ranks, comm, max_b, max_b)?;
+    model.synchronize()?;
     let (graphs, graph_error) = match MultiGraphs::capture(&mut model, &args.batches) {
         Ok(g) => (g, None),
         Err(e) => {
