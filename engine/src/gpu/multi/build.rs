@@ -316,7 +316,7 @@ fn split_groups(
             a / 128 != z / 128
         })
     };
-    if groups == 0 || n % groups != 0 || (0..groups).any(straddles) {
+    if groups == 0 || !n.is_multiple_of(groups) || (0..groups).any(straddles) {
         return Err(RunnerError::Split(format!(
             "wo_a [{n}, {k}]: {groups} groups straddle scale blocks"
         )));

@@ -143,7 +143,7 @@ impl RankStore {
 /// `r` lies on scale-block boundaries the way the kernels read it: it starts on a block, or lies
 /// inside one.
 fn block_aligned(r: &std::ops::Range<usize>) -> bool {
-    r.is_empty() || r.start % BLOCK == 0 || r.start / BLOCK == (r.end - 1) / BLOCK
+    r.is_empty() || r.start.is_multiple_of(BLOCK) || r.start / BLOCK == (r.end - 1) / BLOCK
 }
 
 /// A cropped FP8 part on the device with the scales of the blocks it covers.
