@@ -6,18 +6,8 @@ mod gpu_model_util;
 
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, SeqId, Work};
-use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuProbe};
+use dsv4_engine::gpu::GpuBackend;
 use gpu_model_util::*;
-
-fn gpu_or_skip() -> bool {
-    match probe_gpu() {
-        GpuProbe::Available(_) => true,
-        GpuProbe::Unavailable(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
 
 /// Official numerics amplify rounding: one last-bit difference flips an FP8/FP4 rounding and the
 /// flip grows through the layers (golden README, "Noise floor and mistakes": a 1e-6 perturbation of
@@ -39,11 +29,6 @@ fn check_official(name: &str, gpu: &[Vec<f32>], want: &[Vec<f32>]) {
         agree >= OFFICIAL_MIN_AGREE,
         "{name}: argmax agreement {agree}"
     );
-}
-
-fn golden_case() -> Option<Case> {
-    let dir = data_dir()?.join("tiny-v4-small");
-    Some(Case::golden(&dir))
 }
 
 fn check_case(case: &Case, numerics: Numerics, min_agree: f64, min_cos: f64) {
@@ -121,14 +106,7 @@ fn graph_replay_equals_eager() {
     let short = case.truncated(60, 20);
     let eager = run_gpu(&short, Numerics::Official, false);
     let graph = run_gpu(&short, Numerics::Official, true);
-    assert_eq!(eager.len(), graph.len());
-    for (i, (e, g)) in eager.iter().zip(&graph).enumerate() {
-        assert!(
-            bits_equal(e, g),
-            "row {i}: graph replay differs from eager (max |d| {})",
-            max_diff(e, g)
-        );
-    }
+    assert_bits("graph replay vs eager", &graph, &eager);
 }
 
 fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {

@@ -8,30 +8,15 @@ mod gpu_model_util;
 
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::multi::{MultiGpuBackend, MultiOptions};
-use dsv4_engine::gpu::{probe_gpu, GpuOptions, GpuProbe};
+use dsv4_engine::gpu::GpuOptions;
 use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
 use dsv4_engine::parallel::{LoadSettings, SplitItem, SplitModel};
 use dsv4_engine::reference::ForwardOptions;
 use gpu_model_util::*;
 use std::path::Path;
 
-fn gpu_or_skip() -> bool {
-    match probe_gpu() {
-        GpuProbe::Available(_) => true,
-        GpuProbe::Unavailable(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
-
 fn gpu_count() -> usize {
     dsv4_kernels::Gpu::probe_all().map_or(0, |g| g.len())
-}
-
-fn golden() -> Option<Case> {
-    let dir = data_dir()?.join("tiny-v4-small");
-    Some(Case::golden(&dir))
 }
 
 /// A synthetic FP8/FP4 checkpoint whose split over 2 ranks needs no latent exchange (o_lora_rank 128)
@@ -121,24 +106,12 @@ fn check_close(what: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32
     }
 }
 
-fn assert_bits(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
-    assert_eq!(got.len(), want.len(), "{what}: rows");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            bits_equal(g, w),
-            "{what}: row {i} differs (max |d| {})",
-            max_diff(g, w)
-        );
-    }
-    eprintln!("{what}: {} rows bit-identical", got.len());
-}
-
 #[test]
 fn tensor_split_on_one_rank_is_the_one_gpu_runner() {
     if !gpu_or_skip() {
         return;
     }
-    let Some(case) = golden() else {
+    let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
         return;
     };
@@ -155,7 +128,7 @@ fn tensor_split_on_simulated_ranks_matches_one_gpu_and_cpu_split() {
     if !gpu_or_skip() {
         return;
     }
-    let Some(case) = golden() else {
+    let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
         return;
     };
@@ -210,7 +183,7 @@ fn split_graph_replay_equals_eager() {
     if !gpu_or_skip() {
         return;
     }
-    let Some(case) = golden() else {
+    let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
         return;
     };
@@ -234,7 +207,7 @@ fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
     if !gpu_or_skip() {
         return;
     }
-    let Some(case) = golden() else {
+    let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
         return;
     };
@@ -265,7 +238,7 @@ fn nccl_tensor_and_layer_split_match_one_gpu() {
         eprintln!("SKIP: {gpus} GPU(s): the NCCL split needs two or more");
         return;
     }
-    let Some(case) = golden() else {
+    let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
         return;
     };

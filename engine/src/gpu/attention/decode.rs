@@ -84,7 +84,17 @@ pub fn decode(
     numerics: Numerics,
 ) -> Result<(), GpuError> {
     run(
-        ctx, stream, layer, state, meta, rows, a, sc, out, numerics, None,
+        ctx,
+        stream,
+        layer,
+        state,
+        meta,
+        rows,
+        a,
+        sc,
+        Some(out),
+        numerics,
+        None,
     )
 }
 
@@ -114,7 +124,7 @@ pub fn decode_profiled(
         rows,
         a,
         sc,
-        out,
+        Some(out),
         numerics,
         Some(RefCell::new(marks)),
     )
@@ -130,12 +140,13 @@ fn run<'a>(
     rows: usize,
     a: &CudaSlice<bf16>,
     sc: &mut AttnScratch,
-    out: &mut CudaSlice<bf16>,
+    out: Option<&mut CudaSlice<bf16>>,
     numerics: Numerics,
     marks: Option<RefCell<&'a mut StageMarks>>,
 ) -> Result<(), GpuError> {
     let cfg = &layer.cfg;
-    check(layer, state, meta, rows, cfg, sc, (a.len(), out.len()))?;
+    let out_len = out.as_ref().map_or(a.len(), |o| o.len());
+    check(layer, state, meta, rows, cfg, sc, (a.len(), out_len))?;
     let st = Step {
         ctx,
         s: stream,
@@ -148,7 +159,10 @@ fn run<'a>(
     };
     st.mark("start")?;
     heads(&st, layer, state, a, sc)?;
-    output(&st, layer, sc, out)
+    match out {
+        Some(out) => output(&st, layer, sc, out),
+        None => Ok(()),
+    }
 }
 
 /// Everything up to the attention output of every head in `sc.o` (group-major).
@@ -183,19 +197,9 @@ pub fn decode_heads(
     sc: &mut AttnScratch,
     numerics: Numerics,
 ) -> Result<(), GpuError> {
-    let cfg = &layer.cfg;
-    check(layer, state, meta, rows, cfg, sc, (a.len(), a.len()))?;
-    let st = Step {
-        ctx,
-        s: stream,
-        cfg,
-        rows,
-        official: numerics == Numerics::Official,
-        slots: dptr(&meta.slots, stream),
-        positions: dptr(&meta.positions, stream),
-        marks: None,
-    };
-    heads(&st, layer, state, a, sc)
+    run(
+        ctx, stream, layer, state, meta, rows, a, sc, None, numerics, None,
+    )
 }
 
 /// q (normed per head, roped), the window row, and the stacked bf16 projections.
