@@ -46,11 +46,7 @@ fn check_case(case: &Case, numerics: Numerics, min_agree: f64, min_cos: f64) {
 
 #[test]
 fn golden_quant_matches_cpu_reference() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     check_case(&case, Numerics::Reference, 0.95, 0.999);
@@ -96,11 +92,7 @@ fn synthetic_quant_matches_cpu_reference() {
 
 #[test]
 fn graph_replay_equals_eager() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let short = case.truncated(60, 20);
@@ -120,11 +112,7 @@ fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec
 
 #[test]
 fn batch_of_three_equals_each_alone() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let ids = &case.prompt;
@@ -157,11 +145,7 @@ fn batch_of_three_equals_each_alone() {
 /// windows close) stay as close to the CPU reference as the first ones: no drift in the caches.
 #[test]
 fn long_run_stays_with_the_cpu_reference() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let case = case.extended(3000, 4096);

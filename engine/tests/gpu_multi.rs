@@ -108,11 +108,7 @@ fn check_close(what: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32
 
 #[test]
 fn tensor_split_on_one_rank_is_the_one_gpu_runner() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let short = case.truncated(60, 20);
@@ -125,11 +121,7 @@ fn tensor_split_on_one_rank_is_the_one_gpu_runner() {
 
 #[test]
 fn tensor_split_on_simulated_ranks_matches_one_gpu_and_cpu_split() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     for n in [Numerics::Reference, Numerics::Official] {
@@ -180,11 +172,7 @@ fn tensor_split_without_latent_exchange_and_with_shared_rows_split() {
 
 #[test]
 fn split_graph_replay_equals_eager() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let short = case.truncated(60, 20);
@@ -204,11 +192,7 @@ fn split_graph_replay_equals_eager() {
 
 #[test]
 fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     for n in [Numerics::Reference, Numerics::Official] {

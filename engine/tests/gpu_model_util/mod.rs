@@ -27,6 +27,18 @@ pub fn golden_case() -> Option<Case> {
     Some(Case::golden(&dir))
 }
 
+/// The golden case when a GPU and the test data are present; otherwise prints why the test is skipped.
+pub fn golden_or_skip() -> Option<Case> {
+    if !gpu_or_skip() {
+        return None;
+    }
+    let case = golden_case();
+    if case.is_none() {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    }
+    case
+}
+
 pub fn data_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("DSV4_TEST_DATA") {
         Some(d) => PathBuf::from(d),

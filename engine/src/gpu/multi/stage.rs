@@ -6,9 +6,10 @@
 
 use crate::gpu::weights::ExpertBank;
 use crate::model::checkpoint::Storage;
-use crate::parallel::load::{LoadError, Piece, Rect, Staging};
+use crate::parallel::load::{LoadError, Piece, Staging};
 use crate::parallel::plan::SplitPlan;
 use crate::parallel::shares::{as_matrix, rank_shares, TensorShare};
+use crate::parallel::staging::crop;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::GpuContext;
 use std::collections::HashMap;
@@ -67,21 +68,6 @@ fn expert_of(name: &str) -> Option<(usize, usize)> {
     let rest = rest.strip_prefix("ffn.experts.")?;
     let (e, _) = rest.split_once('.')?;
     Some((l.parse().ok()?, e.parse().ok()?))
-}
-
-/// Bytes of the `[rows, cols]` rectangle of a row-major byte matrix read as `read`.
-fn crop(bytes: &[u8], read: &Rect, rows: &Range<usize>, cols: &Range<usize>) -> Vec<u8> {
-    if read.rows == *rows && read.cols == *cols {
-        return bytes.to_vec();
-    }
-    let width = read.cols.len();
-    let (r0, c0) = (rows.start - read.rows.start, cols.start - read.cols.start);
-    (0..rows.len())
-        .flat_map(|i| {
-            let at = (r0 + i) * width + c0;
-            bytes[at..at + cols.len()].iter().copied()
-        })
-        .collect()
 }
 
 impl GpuStaging {
