@@ -138,7 +138,8 @@ fn load_on_gpus(
     settings: &EngineSettings,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<Box<dyn Backend>, String> {
-    let devices = if devices.is_empty() {
+    let all = devices.is_empty();
+    let devices = if all {
         dsv4_kernels::Gpu::probe_all()?
             .iter()
             .map(|g| g.ordinal)
@@ -149,10 +150,27 @@ fn load_on_gpus(
     if devices.len() <= 1 {
         return load_on_gpu(dir, settings, progress);
     }
+    match load_split(dir, &devices, settings, progress) {
+        // Not asked for a split: a model that cannot be split this way still runs on one GPU.
+        Err(why) if all => {
+            progress(0.2, &format!("{why}: using one GPU"));
+            load_on_gpu(dir, settings, progress)
+        }
+        r => r,
+    }
+}
+
+/// The model split over `devices` in the settings' split mode.
+fn load_split(
+    dir: &Path,
+    devices: &[usize],
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Box<dyn Backend>, String> {
     use crate::gpu::multi::{MultiGpuBackend, MultiOptions};
     let opts = MultiOptions {
         gpu: gpu_options(settings),
-        devices: devices.clone(),
+        devices: devices.to_vec(),
         mode: settings.split_mode,
     };
     progress(
