@@ -40,6 +40,10 @@ pub struct BenchArgs {
     /// on one GPU). Two or more run the split runner instead of the one-GPU bench.
     #[arg(long, value_delimiter = ',')]
     gpus: Vec<usize>,
+    /// With --gpus: also time the tensor split with every collective skipped (wrong results; shows
+    /// what the collectives cost inside the graphs).
+    #[arg(long)]
+    without_collectives: bool,
     /// Split modes to run with --gpus, in turn.
     #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
     split: Vec<SplitMode>,
@@ -87,7 +91,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.gpus.len() >= 2 {
         let mut reports = Vec::new();
         for &mode in &args.split {
-            reports.push(multi::run(args, &args.gpus, mode)?);
+            reports.push(multi::run(args, &args.gpus, mode, false)?);
+        }
+        if args.without_collectives {
+            reports.push(multi::run(args, &args.gpus, SplitMode::Tensor, true)?);
         }
         if let Some(p) = &args.json {
             std::fs::write(p, serde_json::to_string_pretty(&reports)?)?;

@@ -7,12 +7,16 @@ use super::measure::Inputs;
 use super::plan;
 use super::BenchArgs;
 use dsv4_engine::api::{Numerics, SplitMode};
+use dsv4_engine::gpu::multi::collective::GpuCollective;
 use dsv4_engine::gpu::multi::graph::MultiGraphs;
 use dsv4_engine::gpu::multi::load::{contexts, gpu_plan};
 use dsv4_engine::gpu::multi::rank::Rank;
 use dsv4_engine::gpu::multi::synth::synthetic_rank;
 use dsv4_engine::gpu::multi::weights::rank_attention_config;
 use dsv4_engine::gpu::multi::{collective_for, CollectiveProbe, MultiModel};
+use dsv4_engine::gpu::RunnerError;
+use dsv4_kernels::bf16;
+use dsv4_kernels::cudarc::driver::CudaSlice;
 use std::time::Instant;
 
 #[derive(serde::Serialize)]
@@ -45,7 +49,38 @@ fn split_name(mode: SplitMode) -> &'static str {
     }
 }
 
-pub fn run(args: &BenchArgs, devices: &[usize], mode: SplitMode) -> anyhow::Result<MultiReport> {
+/// Skips every collective: each GPU runs its share alone (wrong results, timing only), so the step
+/// time without communication shows what the collectives cost inside the graphs.
+struct NoCollective(usize);
+
+impl GpuCollective for NoCollective {
+    fn name(&self) -> &'static str {
+        "no collectives (timing only)"
+    }
+    fn world(&self) -> usize {
+        self.0
+    }
+    fn all_reduce_sum(&self, _: &mut [&mut CudaSlice<f32>], _: usize) -> Result<(), RunnerError> {
+        Ok(())
+    }
+    fn send(
+        &self,
+        _: usize,
+        _: usize,
+        _: &CudaSlice<bf16>,
+        _: &mut CudaSlice<bf16>,
+        _: usize,
+    ) -> Result<(), RunnerError> {
+        Ok(())
+    }
+}
+
+pub fn run(
+    args: &BenchArgs,
+    devices: &[usize],
+    mode: SplitMode,
+    without_collectives: bool,
+) -> anyhow::Result<MultiReport> {
     let cfg = plan::flash_config()?;
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
@@ -71,7 +106,11 @@ pub fn run(args: &BenchArgs, devices: &[usize], mode: SplitMode) -> anyhow::Resu
             max_ctx,
         )?);
     }
-    let comm = collective_for(&gpus)?;
+    let comm: Box<dyn GpuCollective> = if without_collectives {
+        Box::new(NoCollective(gpus.len()))
+    } else {
+        collective_for(&gpus)?
+    };
     let collective = comm.name().to_string();
     println!(
         "{} ranks ({} split, {collective}) on GPUs {devices:?}: weights {:?} GB per rank",
