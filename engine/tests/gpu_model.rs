@@ -6,18 +6,8 @@ mod gpu_model_util;
 
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, SeqId, Work};
-use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuProbe};
+use dsv4_engine::gpu::GpuBackend;
 use gpu_model_util::*;
-
-fn gpu_or_skip() -> bool {
-    match probe_gpu() {
-        GpuProbe::Available(_) => true,
-        GpuProbe::Unavailable(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
 
 /// Official numerics amplify rounding: one last-bit difference flips an FP8/FP4 rounding and the
 /// flip grows through the layers (golden README, "Noise floor and mistakes": a 1e-6 perturbation of
@@ -41,11 +31,6 @@ fn check_official(name: &str, gpu: &[Vec<f32>], want: &[Vec<f32>]) {
     );
 }
 
-fn golden_case() -> Option<Case> {
-    let dir = data_dir()?.join("tiny-v4-small");
-    Some(Case::golden(&dir))
-}
-
 fn check_case(case: &Case, numerics: Numerics, min_agree: f64, min_cos: f64) {
     let gpu = run_gpu(case, numerics, true);
     let cpu = run_cpu(case, numerics);
@@ -61,11 +46,7 @@ fn check_case(case: &Case, numerics: Numerics, min_agree: f64, min_cos: f64) {
 
 #[test]
 fn golden_quant_matches_cpu_reference() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     check_case(&case, Numerics::Reference, 0.95, 0.999);
@@ -111,24 +92,13 @@ fn synthetic_quant_matches_cpu_reference() {
 
 #[test]
 fn graph_replay_equals_eager() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let short = case.truncated(60, 20);
     let eager = run_gpu(&short, Numerics::Official, false);
     let graph = run_gpu(&short, Numerics::Official, true);
-    assert_eq!(eager.len(), graph.len());
-    for (i, (e, g)) in eager.iter().zip(&graph).enumerate() {
-        assert!(
-            bits_equal(e, g),
-            "row {i}: graph replay differs from eager (max |d| {})",
-            max_diff(e, g)
-        );
-    }
+    assert_bits("graph replay vs eager", &graph, &eager);
 }
 
 fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec<f32>> {
@@ -142,11 +112,7 @@ fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec
 
 #[test]
 fn batch_of_three_equals_each_alone() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let ids = &case.prompt;
@@ -179,11 +145,7 @@ fn batch_of_three_equals_each_alone() {
 /// windows close) stay as close to the CPU reference as the first ones: no drift in the caches.
 #[test]
 fn long_run_stays_with_the_cpu_reference() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some(case) = golden_or_skip() else {
         return;
     };
     let case = case.extended(3000, 4096);

@@ -22,6 +22,8 @@ pub struct Kernels {
     pub runner: crate::ops::runner::RunnerKernels,
     // attention kernels
     pub attn: crate::ops::attn_params::AttnKernels,
+    /// Glue of the model split over ranks (split.cu).
+    pub split: crate::ops::split::SplitKernels,
 }
 
 impl Kernels {
@@ -54,6 +56,7 @@ impl Kernels {
             runner: crate::ops::runner::RunnerKernels::resolve(module)?,
             // attention kernels
             attn: crate::ops::attn_params::AttnKernels::resolve(module)?,
+            split: crate::ops::split::SplitKernels::resolve(module)?,
         })
     }
 }

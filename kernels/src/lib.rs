@@ -22,6 +22,7 @@ pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
 pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};
 pub use ops::sample::SAMPLE_PARAMS_PER_ROW;
+pub use ops::split::RANK_MAX;
 pub use ops::synth::Fill;
 // attention kernels
 pub use ops::attn_params as attn;

@@ -23,4 +23,10 @@ pub enum RunnerError {
     TooManyRows { rows: usize, max: usize },
     #[error("CUDA graph capture produced no graph for batch {0}")]
     NoGraph(usize),
+    #[error("collective: {0}")]
+    Collective(String),
+    #[error("split over GPUs: {0}")]
+    Split(String),
+    #[error(transparent)]
+    Load(#[from] crate::parallel::load::LoadError),
 }

@@ -12,6 +12,7 @@ mod graph;
 mod load;
 mod model;
 mod moe;
+pub mod multi;
 pub mod probe;
 mod sampling;
 mod synth;

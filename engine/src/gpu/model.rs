@@ -5,7 +5,7 @@
 
 use super::attention::{self, AttnState};
 use super::moe::{self, Hook};
-use super::weights::{HcDev, ModelWeightsDev};
+use super::weights::{BlockDev, HcDev, ModelWeightsDev};
 use super::workspace::Workspace;
 use super::RunnerError;
 use crate::api::Numerics;
@@ -113,41 +113,7 @@ impl GpuModel {
         ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
         hook("embed", ws)?;
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(
-                ctx,
-                cfg,
-                ws,
-                rows,
-                &blk.hc_attn,
-                &blk.attn_norm,
-                Mixer::Attn,
-            )?;
-            hook("hc_pre.attn", ws)?;
-            attention::decode(
-                ctx,
-                &ctx.stream,
-                &blk.attn,
-                state,
-                &ws.meta,
-                rows,
-                &ws.a,
-                &mut ws.attn,
-                &mut ws.attn_out,
-                self.numerics,
-            )?;
-            hook("attention", ws)?;
-            ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
-            hook("hc_post.attn", ws)?;
-            let ffn = Mixer::Ffn {
-                quant: self.numerics == Numerics::Official,
-            };
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn)?;
-            hook("hc_pre.ffn", ws)?;
-            moe::forward(ctx, cfg, &blk.moe, ws, rows, self.numerics, hook)?;
-            let k = cfg.num_experts_per_tok;
-            let (yr, ys) = (&ws.y_routed, &ws.y_shared);
-            ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
-            hook("hc_post.ffn", ws)?;
+            run_block(ctx, cfg, blk, state, ws, rows, self.numerics, hook)?;
         }
         hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
         hook("hc_head", ws)?;
@@ -176,9 +142,61 @@ impl GpuModel {
     }
 }
 
+/// One block on `ws.x` (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost), the unsplit
+/// model's and a layer-split rank's.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_block(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    blk: &BlockDev,
+    state: &mut AttnState,
+    ws: &mut Workspace,
+    rows: usize,
+    numerics: Numerics,
+    hook: Hook<'_>,
+) -> Result<(), RunnerError> {
+    let d = cfg.hidden_size;
+    hc_pre(
+        ctx,
+        cfg,
+        ws,
+        rows,
+        &blk.hc_attn,
+        &blk.attn_norm,
+        Mixer::Attn,
+    )?;
+    hook("hc_pre.attn", ws)?;
+    attention::decode(
+        ctx,
+        &ctx.stream,
+        &blk.attn,
+        state,
+        &ws.meta,
+        rows,
+        &ws.a,
+        &mut ws.attn,
+        &mut ws.attn_out,
+        numerics,
+    )?;
+    hook("attention", ws)?;
+    ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
+    hook("hc_post.attn", ws)?;
+    let ffn = Mixer::Ffn {
+        quant: numerics == Numerics::Official,
+    };
+    hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn)?;
+    hook("hc_pre.ffn", ws)?;
+    moe::forward(ctx, cfg, &blk.moe, ws, rows, numerics, hook)?;
+    let k = cfg.num_experts_per_tok;
+    let (yr, ys) = (&ws.y_routed, &ws.y_shared);
+    ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
+    hook("hc_post.ffn", ws)?;
+    Ok(())
+}
+
 /// Which collapse an HCPre is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mixer {
+pub(crate) enum Mixer {
     Attn,
     /// `quant`: also write the FP8-fake-quantised copy `ws.aq` for the expert GEMVs.
     Ffn {
@@ -188,7 +206,7 @@ enum Mixer {
 }
 
 /// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
-fn hc_pre(
+pub(crate) fn hc_pre(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     ws: &mut Workspace,
@@ -213,7 +231,7 @@ fn hc_pre(
 }
 
 /// Vocabulary head (f32 logits of the normalised HC-head output in `ws.a`) and greedy argmax.
-fn head(
+pub(crate) fn head(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     w: &CudaSlice<bf16>,

@@ -43,6 +43,21 @@ fn route(
     ws: &mut Workspace,
     rows: usize,
 ) -> Result<(), RunnerError> {
+    gate_route(ctx, cfg, w, ws, rows)?;
+    let gshape = expert_shape(cfg, rows, 0, 0, false);
+    ctx.launch_moe_group(&ctx.stream, &gshape, &ws.ids, &mut ws.group)?;
+    Ok(())
+}
+
+/// Gate logits and routing into `ws.ids` (global expert ids) / `ws.wts`, without the grouping (a
+/// tensor-parallel rank groups only the ids of its own experts).
+pub(crate) fn gate_route(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+) -> Result<(), RunnerError> {
     let s = &ctx.stream;
     let (e, d) = (cfg.n_routed_experts, cfg.hidden_size);
     let plan = ctx.bf16_gemv_plan(rows, e, d)?;
@@ -64,12 +79,16 @@ fn route(
         },
     };
     ctx.launch_moe_route(s, &shape, &ws.gate, by, &mut ws.ids, &mut ws.wts)?;
-    let gshape = expert_shape(cfg, rows, 0, 0, false);
-    ctx.launch_moe_group(s, &gshape, &ws.ids, &mut ws.group)?;
     Ok(())
 }
 
-fn expert_shape(cfg: &ModelConfig, rows: usize, n: usize, k: usize, per_slot: bool) -> ExpertShape {
+pub(crate) fn expert_shape(
+    cfg: &ModelConfig,
+    rows: usize,
+    n: usize,
+    k: usize,
+    per_slot: bool,
+) -> ExpertShape {
     ExpertShape {
         b: rows,
         topk: cfg.num_experts_per_tok,
@@ -81,7 +100,8 @@ fn expert_shape(cfg: &ModelConfig, rows: usize, n: usize, k: usize, per_slot: bo
 }
 
 /// Routed experts: w1, w3 -> SwiGLU (x routing weight, act-quant) -> w2, per slot into `ws.y_routed`.
-fn routed(
+/// `cfg.n_routed_experts` is the bank's expert count (a tensor-parallel rank's own experts).
+pub(crate) fn routed(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     w: &MoeDev,
@@ -131,7 +151,8 @@ fn routed(
     Ok(())
 }
 
-fn shared(
+/// The shared expert into `ws.y_shared`; its width is the weights' (a rank holds a slice of its rows).
+pub(crate) fn shared(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     w: &MoeDev,
@@ -142,7 +163,7 @@ fn shared(
     let x = if quant { &ws.aq } else { &ws.a };
     fp8(ctx, rows, &w.shared[0], x, &mut ws.sg, &mut ws.split)?;
     fp8(ctx, rows, &w.shared[1], x, &mut ws.su, &mut ws.split)?;
-    let (i, lim) = (cfg.moe_intermediate_size, cfg.swiglu_limit);
+    let (i, lim) = (w.shared[0].out, cfg.swiglu_limit);
     let none: Option<&CudaSlice<f32>> = None;
     ctx.launch_moe_swiglu(
         &ctx.stream,

@@ -16,14 +16,14 @@ use std::sync::Arc;
 const E4M3_RMS: f64 = 1.2;
 const E2M1_RMS: f64 = 2.93;
 
-struct Gen<'a> {
-    ctx: &'a GpuContext,
-    seed: u64,
-    counter: u64,
+pub(crate) struct Gen<'a> {
+    pub(crate) ctx: &'a GpuContext,
+    pub(crate) seed: u64,
+    pub(crate) counter: u64,
 }
 
 impl Gen<'_> {
-    fn buf<T: DeviceRepr + ValidAsZeroBits>(
+    pub(crate) fn buf<T: DeviceRepr + ValidAsZeroBits>(
         &mut self,
         len: usize,
         fill: Fill,
@@ -37,11 +37,16 @@ impl Gen<'_> {
         Ok(b)
     }
 
-    fn f32s(&mut self, len: usize, std: f32, mean: f32) -> Result<CudaSlice<f32>, RunnerError> {
+    pub(crate) fn f32s(
+        &mut self,
+        len: usize,
+        std: f32,
+        mean: f32,
+    ) -> Result<CudaSlice<f32>, RunnerError> {
         self.buf(len, Fill::F32 { std, mean })
     }
 
-    fn hc(&mut self, mixes: usize, nd: usize) -> Result<HcDev, RunnerError> {
+    pub(crate) fn hc(&mut self, mixes: usize, nd: usize) -> Result<HcDev, RunnerError> {
         Ok(HcDev {
             func: self.f32s(mixes * nd, 1.0 / (nd as f32).sqrt(), 0.0)?,
             base: self.f32s(mixes, 0.1, 0.0)?,
@@ -55,7 +60,7 @@ impl Gen<'_> {
         (127 + e).clamp(1, 254) as u8
     }
 
-    fn fp8(&mut self, out: usize, inp: usize) -> Result<Fp8Linear, RunnerError> {
+    pub(crate) fn fp8(&mut self, out: usize, inp: usize) -> Result<Fp8Linear, RunnerError> {
         let sb = Self::scale_byte(E4M3_RMS, inp);
         Ok(Fp8Linear {
             w: self.buf(out * inp, Fill::E4m3)?,
@@ -65,7 +70,7 @@ impl Gen<'_> {
         })
     }
 
-    fn bank(&mut self, cfg: &ModelConfig) -> Result<ExpertBank, RunnerError> {
+    pub(crate) fn bank(&mut self, cfg: &ModelConfig) -> Result<ExpertBank, RunnerError> {
         let (e, d, i) = (
             cfg.n_routed_experts,
             cfg.hidden_size,
@@ -82,7 +87,7 @@ impl Gen<'_> {
         })
     }
 
-    fn moe(
+    pub(crate) fn moe(
         &mut self,
         cfg: &ModelConfig,
         layer: usize,

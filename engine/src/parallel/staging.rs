@@ -212,13 +212,13 @@ fn i64_as_f32(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// The `rows x cols` sub-rectangle of `data` laid out as `read`.
-fn crop(
-    data: &[f32],
+/// The `rows x cols` sub-rectangle of `data` laid out as `read` (values or bytes).
+pub(crate) fn crop<T: Copy>(
+    data: &[T],
     read: &Rect,
     rows: &std::ops::Range<usize>,
     cols: &std::ops::Range<usize>,
-) -> Vec<f32> {
+) -> Vec<T> {
     if read.rows == *rows && read.cols == *cols {
         return data.to_vec();
     }

@@ -100,8 +100,8 @@ pub fn load(
             ck.config().vocab_size
         ));
     }
-    let backend = match settings.backend {
-        BackendChoice::Cuda { .. } => match load_on_gpu(&dir, settings, progress) {
+    let backend = match &settings.backend {
+        BackendChoice::Cuda { devices } => match load_on_gpus(&dir, devices, settings, progress) {
             Ok(b) => b,
             Err(why) => {
                 progress(0.2, &format!("{why}: using the CPU reference instead"));
@@ -130,27 +130,117 @@ fn load_on_cpu(
     Ok(Box::new(CpuBackend::new(model, settings.max_context)))
 }
 
-/// The CUDA backend on the first GPU, or why not (no driver, no GPU, unsupported format, ...).
-fn load_on_gpu(
+/// The GPUs to use: the listed ordinals, or every GPU present when the list is empty. Several GPUs run
+/// the model split (the settings' split mode); one GPU the one-GPU runner.
+fn load_on_gpus(
     dir: &Path,
+    devices: &[usize],
     settings: &EngineSettings,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<Box<dyn Backend>, String> {
-    use crate::gpu::{probe_gpu, GpuBackend, GpuOptions, GpuProbe};
-    let gpu = match probe_gpu() {
-        GpuProbe::Available(info) => info,
-        GpuProbe::Unavailable(why) => return Err(why),
+    let all = devices.is_empty();
+    let devices = if all {
+        dsv4_kernels::Gpu::probe_all()?
+            .iter()
+            .map(|g| g.ordinal)
+            .collect()
+    } else {
+        devices.to_vec()
     };
-    progress(0.3, &format!("loading weights onto {}", gpu.name));
-    let opts = GpuOptions {
+    if devices.len() <= 1 {
+        return load_on_gpu(dir, settings, progress);
+    }
+    match load_split(dir, &devices, settings, progress) {
+        // Not asked for a split: a model that cannot be split this way still runs on one GPU.
+        Err(why) if all => {
+            progress(0.2, &format!("{why}: using one GPU"));
+            load_on_gpu(dir, settings, progress)
+        }
+        r => r,
+    }
+}
+
+/// The model split over `devices` in the settings' split mode.
+fn load_split(
+    dir: &Path,
+    devices: &[usize],
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Box<dyn Backend>, String> {
+    use crate::gpu::multi::{MultiGpuBackend, MultiOptions};
+    let opts = MultiOptions {
+        gpu: gpu_options(settings),
+        devices: devices.to_vec(),
+        mode: settings.split_mode,
+    };
+    progress(
+        0.3,
+        &format!(
+            "loading weights onto GPUs {devices:?} ({:?} split)",
+            settings.split_mode
+        ),
+    );
+    // The loader reports from its threads; this thread relays the latest figures.
+    let latest = std::sync::Mutex::new(None::<crate::parallel::load::Progress>);
+    let on_read = |p: &crate::parallel::load::Progress| {
+        if let Ok(mut l) = latest.lock() {
+            *l = Some(*p);
+        }
+    };
+    let load = crate::parallel::LoadSettings {
+        progress: &on_read,
+        ..Default::default()
+    };
+    let loaded = std::thread::scope(|s| {
+        let job = s.spawn(|| MultiGpuBackend::load(dir, &opts, &load));
+        while !job.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if let Some(p) = latest.lock().ok().and_then(|l| *l) {
+                let done = p.bytes_done as f32 / p.bytes_total.max(1) as f32;
+                let eta = p.eta().map_or(String::new(), |e| {
+                    format!(", about {:.0} s left", e.as_secs_f64())
+                });
+                progress(
+                    0.3 + 0.6 * done,
+                    &format!("loading weights: {:.0}%{eta}", 100.0 * done),
+                );
+            }
+        }
+        job.join()
+    });
+    match loaded {
+        Ok(Ok(b)) => Ok(Box::new(b) as Box<dyn Backend>),
+        Ok(Err(e)) => Err(format!(
+            "the CUDA backend could not load the model on {devices:?} ({e})"
+        )),
+        Err(_) => Err("the GPU loader thread panicked".into()),
+    }
+}
+
+fn gpu_options(settings: &EngineSettings) -> crate::gpu::GpuOptions {
+    crate::gpu::GpuOptions {
         numerics: settings.numerics,
         // Running turns plus a few idle conversations kept for prefix reuse.
         max_seqs: (settings.max_batch + GPU_IDLE_SLOTS).min(crate::gpu::MAX_ROWS),
         max_context: settings.max_context,
         cuda_graphs: settings.cuda_graphs,
         graph_buckets: settings.graph_buckets.clone(),
+    }
+}
+
+/// The CUDA backend on the first GPU, or why not (no driver, no GPU, unsupported format, ...).
+fn load_on_gpu(
+    dir: &Path,
+    settings: &EngineSettings,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<Box<dyn Backend>, String> {
+    use crate::gpu::{probe_gpu, GpuBackend, GpuProbe};
+    let gpu = match probe_gpu() {
+        GpuProbe::Available(info) => info,
+        GpuProbe::Unavailable(why) => return Err(why),
     };
-    GpuBackend::load(dir, &opts)
+    progress(0.3, &format!("loading weights onto {}", gpu.name));
+    GpuBackend::load(dir, &gpu_options(settings))
         .map(|b| Box::new(b) as Box<dyn Backend>)
         .map_err(|e| format!("the CUDA backend could not load the model ({e})"))
 }

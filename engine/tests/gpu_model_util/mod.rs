@@ -4,11 +4,40 @@
 
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, CpuBackend, Work};
-use dsv4_engine::gpu::{GpuBackend, GpuOptions};
+use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuOptions, GpuProbe};
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
 use dsv4_engine::reference::Model;
 use std::path::{Path, PathBuf};
+
+/// True with a usable GPU; otherwise prints why the test is skipped.
+pub fn gpu_or_skip() -> bool {
+    match probe_gpu() {
+        GpuProbe::Available(_) => true,
+        GpuProbe::Unavailable(why) => {
+            eprintln!("SKIP: {why}");
+            false
+        }
+    }
+}
+
+/// The golden tiny checkpoint's case, when the test data is present.
+pub fn golden_case() -> Option<Case> {
+    let dir = data_dir()?.join("tiny-v4-small");
+    Some(Case::golden(&dir))
+}
+
+/// The golden case when a GPU and the test data are present; otherwise prints why the test is skipped.
+pub fn golden_or_skip() -> Option<Case> {
+    if !gpu_or_skip() {
+        return None;
+    }
+    let case = golden_case();
+    if case.is_none() {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    }
+    case
+}
 
 pub fn data_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("DSV4_TEST_DATA") {
@@ -174,6 +203,19 @@ pub fn compare(gpu: &[Vec<f32>], cpu: &[Vec<f32>]) -> (f64, f64, f64) {
 
 pub fn bits_equal(a: &[f32], b: &[f32]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Every row of `got` bit-identical to `want`'s.
+pub fn assert_bits(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            bits_equal(g, w),
+            "{what}: row {i} differs (max |d| {})",
+            max_diff(g, w)
+        );
+    }
+    eprintln!("{what}: {} rows bit-identical", got.len());
 }
 
 pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -13,6 +13,7 @@ pub mod moe_route;
 pub mod rmsnorm;
 pub mod runner;
 pub mod sample;
+pub mod split;
 pub mod synth;
 
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};

@@ -4,3 +4,4 @@ mod common;
 mod expert;
 mod gemv;
 mod norm_quant;
+mod split;

@@ -84,7 +84,17 @@ pub fn decode(
     numerics: Numerics,
 ) -> Result<(), GpuError> {
     run(
-        ctx, stream, layer, state, meta, rows, a, sc, out, numerics, None,
+        ctx,
+        stream,
+        layer,
+        state,
+        meta,
+        rows,
+        a,
+        sc,
+        Some(out),
+        numerics,
+        None,
     )
 }
 
@@ -114,7 +124,7 @@ pub fn decode_profiled(
         rows,
         a,
         sc,
-        out,
+        Some(out),
         numerics,
         Some(RefCell::new(marks)),
     )
@@ -130,12 +140,13 @@ fn run<'a>(
     rows: usize,
     a: &CudaSlice<bf16>,
     sc: &mut AttnScratch,
-    out: &mut CudaSlice<bf16>,
+    out: Option<&mut CudaSlice<bf16>>,
     numerics: Numerics,
     marks: Option<RefCell<&'a mut StageMarks>>,
 ) -> Result<(), GpuError> {
     let cfg = &layer.cfg;
-    check(layer, state, meta, rows, cfg, sc, (a.len(), out.len()))?;
+    let out_len = out.as_ref().map_or(a.len(), |o| o.len());
+    check(layer, state, meta, rows, cfg, sc, (a.len(), out_len))?;
     let st = Step {
         ctx,
         s: stream,
@@ -147,15 +158,48 @@ fn run<'a>(
         marks,
     };
     st.mark("start")?;
-    project(&st, layer, state, a, sc)?;
-    let proj = dptr(&sc.proj, stream);
+    heads(&st, layer, state, a, sc)?;
+    match out {
+        Some(out) => output(&st, layer, sc, out),
+        None => Ok(()),
+    }
+}
+
+/// Everything up to the attention output of every head in `sc.o` (group-major).
+fn heads(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+) -> Result<(), GpuError> {
+    project(st, layer, state, a, sc)?;
+    let proj = dptr(&sc.proj, st.s);
     if let (Some(c), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
-        stages::compress(&st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
+        stages::compress(st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
         st.mark("compress")?;
     }
-    stages::indexer(&st, layer, state, sc)?;
-    stages::attend(&st, layer, state, sc)?;
-    output(&st, layer, sc, out)
+    stages::indexer(st, layer, state, sc)?;
+    stages::attend(st, layer, state, sc)
+}
+
+/// [`decode`] without the output projection: leaves the heads' outputs in `sc.o` (group-major
+/// `[groups, rows, heads·head_dim/groups]`). A tensor-parallel rank projects them itself (rank.rs).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_heads(
+    ctx: &GpuContext,
+    stream: &CudaStream,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    meta: &StepMeta,
+    rows: usize,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+    numerics: Numerics,
+) -> Result<(), GpuError> {
+    run(
+        ctx, stream, layer, state, meta, rows, a, sc, None, numerics, None,
+    )
 }
 
 /// q (normed per head, roped), the window row, and the stacked bf16 projections.

@@ -7,6 +7,7 @@
 mod decode;
 mod error;
 mod layer;
+pub mod rank;
 mod rope;
 mod scratch;
 mod stages;
@@ -14,7 +15,7 @@ mod state;
 mod step;
 mod synth;
 
-pub use decode::{decode, decode_profiled};
+pub use decode::{decode, decode_heads, decode_profiled};
 pub use error::GpuError;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
 pub use rope::rope_freqs;

@@ -3,9 +3,10 @@
 //! the bytes each step must read and the device's copy bandwidth.
 
 mod measure;
+mod multi;
 mod plan;
 
-use dsv4_engine::api::Numerics;
+use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::{
     block_dense_bytes, probe_gpu, BankPlan, ExpertBank, GpuModel, GpuProbe, GraphSet,
     ModelWeightsDev,
@@ -35,6 +36,25 @@ pub struct BenchArgs {
     /// Routed-expert banks (default: as many as fit; layers share the rest).
     #[arg(long)]
     banks: Option<usize>,
+    /// Split the model over these GPUs (ordinals; the same ordinal repeated simulates several ranks
+    /// on one GPU). Two or more run the split runner instead of the one-GPU bench.
+    #[arg(long, value_delimiter = ',')]
+    gpus: Vec<usize>,
+    /// With --gpus: also time the tensor split with every collective skipped (wrong results; shows
+    /// what the collectives cost inside the graphs).
+    #[arg(long)]
+    without_collectives: bool,
+    /// Split modes to run with --gpus, in turn.
+    #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
+    split: Vec<SplitMode>,
+}
+
+fn parse_split(s: &str) -> Result<SplitMode, String> {
+    match s {
+        "tensor" => Ok(SplitMode::Tensor),
+        "layer" => Ok(SplitMode::Layer),
+        _ => Err(format!("`{s}`: expected tensor or layer")),
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -68,6 +88,19 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         GpuProbe::Available(i) => i,
         p @ GpuProbe::Unavailable(_) => anyhow::bail!("dsv4 bench needs a GPU: {}", p.describe()),
     };
+    if args.gpus.len() >= 2 {
+        let mut reports = Vec::new();
+        for &mode in &args.split {
+            reports.push(multi::run(args, &args.gpus, mode, false)?);
+        }
+        if args.without_collectives {
+            reports.push(multi::run(args, &args.gpus, SplitMode::Tensor, true)?);
+        }
+        if let Some(p) = &args.json {
+            std::fs::write(p, serde_json::to_string_pretty(&reports)?)?;
+        }
+        return Ok(());
+    }
     let cfg = plan::flash_config()?;
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;

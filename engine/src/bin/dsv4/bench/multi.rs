@@ -1,0 +1,232 @@
+//! `dsv4 bench --gpus 0,1 --split tensor|layer`: the full-size synthetic model split over several GPUs
+//! (each rank's share generated on its GPU, every layer with its own experts), decode timed per step
+//! (host clock around input copy + step + greedy ids back, the step's one sync), eager and graph replay,
+//! and the time inside collectives of an eager step.
+
+use super::measure::Inputs;
+use super::plan;
+use super::BenchArgs;
+use dsv4_engine::api::{Numerics, SplitMode};
+use dsv4_engine::gpu::multi::collective::GpuCollective;
+use dsv4_engine::gpu::multi::graph::MultiGraphs;
+use dsv4_engine::gpu::multi::load::{contexts, gpu_plan};
+use dsv4_engine::gpu::multi::rank::Rank;
+use dsv4_engine::gpu::multi::synth::synthetic_rank;
+use dsv4_engine::gpu::multi::weights::rank_attention_config;
+use dsv4_engine::gpu::multi::{collective_for, CollectiveProbe, MultiModel};
+use dsv4_engine::gpu::RunnerError;
+use dsv4_kernels::bf16;
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use std::time::Instant;
+
+#[derive(serde::Serialize)]
+pub struct MultiRow {
+    pub split: String,
+    pub gpus: Vec<usize>,
+    pub context: usize,
+    pub batch: usize,
+    pub graph: bool,
+    pub ms_per_step: f64,
+    pub tok_per_s: f64,
+    /// Eager step: ms inside collectives (waiting for the other ranks included).
+    pub collective_ms: f64,
+    pub collectives_per_step: usize,
+}
+
+#[derive(serde::Serialize)]
+pub struct MultiReport {
+    pub gpu: String,
+    pub collective: String,
+    pub weights_gb_per_rank: Vec<f64>,
+    pub graph_error: Option<String>,
+    pub rows: Vec<MultiRow>,
+}
+
+fn split_name(mode: SplitMode) -> &'static str {
+    match mode {
+        SplitMode::Tensor => "tensor",
+        SplitMode::Layer => "layer",
+    }
+}
+
+/// Skips every collective: each GPU runs its share alone (wrong results, timing only), so the step
+/// time without communication shows what the collectives cost inside the graphs.
+struct NoCollective(usize);
+
+impl GpuCollective for NoCollective {
+    fn name(&self) -> &'static str {
+        "no collectives (timing only)"
+    }
+    fn world(&self) -> usize {
+        self.0
+    }
+    fn all_reduce_sum(&self, _: &mut [&mut CudaSlice<f32>], _: usize) -> Result<(), RunnerError> {
+        Ok(())
+    }
+    fn send(
+        &self,
+        _: usize,
+        _: usize,
+        _: &CudaSlice<bf16>,
+        _: &mut CudaSlice<bf16>,
+        _: usize,
+    ) -> Result<(), RunnerError> {
+        Ok(())
+    }
+}
+
+pub fn run(
+    args: &BenchArgs,
+    devices: &[usize],
+    mode: SplitMode,
+    without_collectives: bool,
+) -> anyhow::Result<MultiReport> {
+    let cfg = plan::flash_config()?;
+    let plan = gpu_plan(&cfg, devices.len(), mode)?;
+    let gpus = contexts(devices)?;
+    let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
+    let max_ctx =
+        args.contexts.iter().copied().max().unwrap_or(4096) + args.warmup + args.steps + 8;
+    let mut ranks = Vec::with_capacity(gpus.len());
+    let mut gb = Vec::new();
+    for (r, g) in gpus.iter().enumerate() {
+        let w = synthetic_rank(g, &plan, r, 42)?;
+        gb.push(w.bytes() as f64 / 1e9);
+        let attn_cfg = match mode {
+            SplitMode::Tensor => rank_attention_config(&cfg, &plan.ranks[r])?,
+            SplitMode::Layer => cfg.clone(),
+        };
+        ranks.push(Rank::new(
+            g.clone(),
+            &cfg,
+            &attn_cfg,
+            w,
+            max_b + 1,
+            max_b,
+            max_ctx,
+        )?);
+    }
+    let comm: Box<dyn GpuCollective> = if without_collectives {
+        Box::new(NoCollective(gpus.len()))
+    } else {
+        collective_for(&gpus)?
+    };
+    let collective = comm.name().to_string();
+    println!(
+        "{} ranks ({} split, {collective}) on GPUs {devices:?}: weights {:?} GB per rank",
+        gpus.len(),
+        split_name(mode),
+        gb.iter()
+            .map(|g| (g * 10.0).round() / 10.0)
+            .collect::<Vec<_>>()
+    );
+    let mut model = MultiModel::new(plan, Numerics::Official, ranks, comm, max_b, max_b)?;
+    model.synchronize()?;
+    let (graphs, graph_error) = match MultiGraphs::capture(&mut model, &args.batches) {
+        Ok(g) => (g, None),
+        Err(e) => {
+            println!("graph capture failed ({e}): eager only");
+            model.synchronize()?;
+            (MultiGraphs::empty(), Some(e.to_string()))
+        }
+    };
+    let mut rows = Vec::new();
+    for &c in &args.contexts {
+        for &b in args.batches.iter().filter(|&&b| (1..=64).contains(&b)) {
+            let inp = Inputs::new(b, c, cfg.vocab_size);
+            let (coll_ms, count) = collective_ms(&mut model, &inp)?;
+            let modes: &[bool] = if graphs.buckets().contains(&b) {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for &graph in modes {
+                let none = MultiGraphs::empty();
+                let g = if graph { &graphs } else { &none };
+                let ms = time_steps(&mut model, g, &inp, args.warmup, args.steps)?;
+                rows.push(MultiRow {
+                    split: split_name(mode).into(),
+                    gpus: devices.to_vec(),
+                    context: c,
+                    batch: b,
+                    graph,
+                    ms_per_step: ms,
+                    tok_per_s: b as f64 / (ms * 1e-3),
+                    collective_ms: coll_ms,
+                    collectives_per_step: count,
+                });
+            }
+        }
+    }
+    let report = MultiReport {
+        gpu: gpus[0].info.name.clone(),
+        collective,
+        weights_gb_per_rank: gb,
+        graph_error,
+        rows,
+    };
+    print_report(&report);
+    Ok(report)
+}
+
+fn one_step(model: &mut MultiModel, graphs: &MultiGraphs, inp: &Inputs) -> anyhow::Result<()> {
+    let rows = graphs.run(model, &inp.step())?;
+    model.read_next(rows)?;
+    Ok(())
+}
+
+/// Milliseconds per step over `steps` steps after `warmup` (graphs empty = eager).
+fn time_steps(
+    model: &mut MultiModel,
+    graphs: &MultiGraphs,
+    inp: &Inputs,
+    warmup: usize,
+    steps: usize,
+) -> anyhow::Result<f64> {
+    for _ in 0..warmup {
+        one_step(model, graphs, inp)?;
+    }
+    model.synchronize()?;
+    let start = Instant::now();
+    for _ in 0..steps {
+        one_step(model, graphs, inp)?;
+    }
+    model.synchronize()?;
+    Ok(start.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64)
+}
+
+/// Collective milliseconds of an eager step (mean of 3) and the collectives per step.
+fn collective_ms(model: &mut MultiModel, inp: &Inputs) -> anyhow::Result<(f64, usize)> {
+    let rows = inp.tokens.len();
+    let (mut total, mut count) = (0.0, 0);
+    for _ in 0..3 {
+        let mut probe = CollectiveProbe::default();
+        model.upload(&inp.step(), rows)?;
+        model.step_probed(rows, Some(&mut probe))?;
+        model.read_next(rows)?;
+        model.synchronize()?;
+        total += probe.total_ms()?;
+        count = probe.spans.len();
+    }
+    Ok((total / 3.0, count))
+}
+
+fn print_report(r: &MultiReport) {
+    println!("\n{} | {} | official numerics", r.gpu, r.collective);
+    println!("| split | GPUs | context | batch | graph | ms/step | tok/s | collectives/step | collective ms/step (eager) |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for x in &r.rows {
+        println!(
+            "| {} | {:?} | {} | {} | {} | {:.3} | {:.1} | {} | {:.3} |",
+            x.split,
+            x.gpus,
+            x.context,
+            x.batch,
+            if x.graph { "on" } else { "off" },
+            x.ms_per_step,
+            x.tok_per_s,
+            x.collectives_per_step,
+            x.collective_ms
+        );
+    }
+}

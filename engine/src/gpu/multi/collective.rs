@@ -1,0 +1,180 @@
+//! Collectives between GPU ranks, step-synchronous like [`crate::parallel::Collective`]: one call
+//! carries every rank's buffer and enqueues the work on every rank's stream without a host sync, so it
+//! is captured into the decode graphs. Two implementations behind the same rank code:
+//! [`OnDeviceSum`] for ranks simulated on one GPU (a small summing kernel, a device copy for the
+//! hand-off) and [`NcclComms`] for one rank per GPU (NCCL, one communicator per GPU created in this
+//! process; one host thread drives all of them inside `ncclGroupStart/End`).
+
+use crate::gpu::RunnerError;
+use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
+use dsv4_kernels::cudarc::nccl::{self, ReduceOp};
+use dsv4_kernels::{bf16, GpuContext};
+use std::sync::Arc;
+
+/// The communication a split GPU model needs.
+pub trait GpuCollective: Send {
+    /// "on-device sum" or "NCCL", for logs and reports.
+    fn name(&self) -> &'static str;
+    fn world(&self) -> usize;
+    /// Sums the first `len` elements of every rank's buffer (rank r's on rank r's GPU), leaving the
+    /// sum in each.
+    fn all_reduce_sum(
+        &self,
+        bufs: &mut [&mut CudaSlice<f32>],
+        len: usize,
+    ) -> Result<(), RunnerError>;
+    /// Copies the first `len` elements of `src` (on rank `from`) into `dst` (on rank `to`).
+    fn send(
+        &self,
+        from: usize,
+        to: usize,
+        src: &CudaSlice<bf16>,
+        dst: &mut CudaSlice<bf16>,
+        len: usize,
+    ) -> Result<(), RunnerError>;
+}
+
+fn fail(m: impl Into<String>) -> RunnerError {
+    RunnerError::Collective(m.into())
+}
+
+fn check_world(world: usize, got: usize) -> Result<(), RunnerError> {
+    if world == got {
+        Ok(())
+    } else {
+        Err(fail(format!("{got} buffers for {world} ranks")))
+    }
+}
+
+/// Ranks simulated on one GPU: every buffer lives on that GPU and is summed there in rank order.
+pub struct OnDeviceSum {
+    gpu: Arc<GpuContext>,
+    world: usize,
+}
+
+impl OnDeviceSum {
+    pub fn new(gpu: Arc<GpuContext>, world: usize) -> Self {
+        OnDeviceSum { gpu, world }
+    }
+}
+
+impl GpuCollective for OnDeviceSum {
+    fn name(&self) -> &'static str {
+        "on-device sum"
+    }
+
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    fn all_reduce_sum(
+        &self,
+        bufs: &mut [&mut CudaSlice<f32>],
+        len: usize,
+    ) -> Result<(), RunnerError> {
+        check_world(self.world, bufs.len())?;
+        if self.world > 1 {
+            self.gpu.launch_rank_sum_f32(&self.gpu.stream, bufs, len)?;
+        }
+        Ok(())
+    }
+
+    fn send(
+        &self,
+        from: usize,
+        to: usize,
+        src: &CudaSlice<bf16>,
+        dst: &mut CudaSlice<bf16>,
+        len: usize,
+    ) -> Result<(), RunnerError> {
+        if from >= self.world || to >= self.world || src.len() < len || dst.len() < len {
+            return Err(fail(format!("send of {len} from rank {from} to {to}")));
+        }
+        let s = &self.gpu.stream;
+        s.memcpy_dtod(&src.slice(..len), &mut dst.slice_mut(..len))?;
+        Ok(())
+    }
+}
+
+/// A communicator that may move to the engine thread.
+struct SendComm(nccl::Comm);
+
+// SAFETY: an NCCL communicator is not tied to the creating thread; the owner (one model) uses its
+// communicators from one thread at a time, which is what NCCL requires.
+unsafe impl Send for SendComm {}
+
+/// One rank per GPU through NCCL.
+pub struct NcclComms {
+    comms: Vec<SendComm>,
+}
+
+impl NcclComms {
+    /// One communicator per stream (each on its own GPU), created together in this process.
+    pub fn new(streams: Vec<Arc<CudaStream>>) -> Result<Self, RunnerError> {
+        // SAFETY: probing for the library only loads it; it runs no NCCL code.
+        if !unsafe { nccl::sys::is_culib_present() } {
+            return Err(fail(
+                "libnccl not found (install NCCL 2.x for several GPUs)",
+            ));
+        }
+        let comms =
+            nccl::Comm::from_devices(streams).map_err(|e| fail(format!("NCCL init: {e:?}")))?;
+        Ok(NcclComms {
+            comms: comms.into_iter().map(SendComm).collect(),
+        })
+    }
+
+    /// Runs `f` inside one NCCL group, so one thread can issue every rank's call.
+    fn group(&self, f: impl FnOnce() -> Result<(), RunnerError>) -> Result<(), RunnerError> {
+        nccl::group_start().map_err(|e| fail(format!("ncclGroupStart: {e:?}")))?;
+        let r = f();
+        // End the group even after an error, or NCCL stays inside it.
+        let ended = nccl::group_end().map_err(|e| fail(format!("ncclGroupEnd: {e:?}")));
+        r.and(ended.map(|_| ()))
+    }
+}
+
+impl GpuCollective for NcclComms {
+    fn name(&self) -> &'static str {
+        "NCCL"
+    }
+
+    fn world(&self) -> usize {
+        self.comms.len()
+    }
+
+    fn all_reduce_sum(
+        &self,
+        bufs: &mut [&mut CudaSlice<f32>],
+        len: usize,
+    ) -> Result<(), RunnerError> {
+        check_world(self.comms.len(), bufs.len())?;
+        self.group(|| {
+            for (c, b) in self.comms.iter().zip(bufs.iter_mut()) {
+                c.0.all_reduce_in_place(&mut b.slice_mut(..len), &ReduceOp::Sum)
+                    .map_err(|e| fail(format!("ncclAllReduce on rank {}: {e:?}", c.0.rank())))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn send(
+        &self,
+        from: usize,
+        to: usize,
+        src: &CudaSlice<bf16>,
+        dst: &mut CudaSlice<bf16>,
+        len: usize,
+    ) -> Result<(), RunnerError> {
+        let (Some(a), Some(b)) = (self.comms.get(from), self.comms.get(to)) else {
+            return Err(fail(format!("send from rank {from} to {to}")));
+        };
+        self.group(|| {
+            a.0.send(&src.slice(..len), to as i32)
+                .map_err(|e| fail(format!("ncclSend: {e:?}")))?;
+            b.0.recv(&mut dst.slice_mut(..len), from as i32)
+                .map_err(|e| fail(format!("ncclRecv: {e:?}")))?;
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,250 @@
+//! The model split over GPU ranks against the one-GPU runner and the CPU split model: tensor split over
+//! 1-4 ranks simulated on one GPU (one rank: bit for bit; more: the reassociation of the sums only, held
+//! to the same gates as the one-GPU runner against the CPU), layer split bit for bit, graph replay equal
+//! to eager; with two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer
+//! than two). `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
+
+mod gpu_model_util;
+
+use dsv4_engine::api::{Numerics, SplitMode};
+use dsv4_engine::gpu::multi::{MultiGpuBackend, MultiOptions};
+use dsv4_engine::gpu::GpuOptions;
+use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
+use dsv4_engine::parallel::{LoadSettings, SplitItem, SplitModel};
+use dsv4_engine::reference::ForwardOptions;
+use gpu_model_util::*;
+use std::path::Path;
+
+fn gpu_count() -> usize {
+    dsv4_kernels::Gpu::probe_all().map_or(0, |g| g.len())
+}
+
+/// A synthetic FP8/FP4 checkpoint whose split over 2 ranks needs no latent exchange (o_lora_rank 128)
+/// and cuts the shared expert (2 blocks of 128 rows), in 5 shards.
+fn synthetic(dir: &Path) -> Case {
+    let mut spec = SynthSpec::tiny_default().with_quantized(true);
+    spec.moe_intermediate_size = 256;
+    spec.shards = 5;
+    spec.seed = 17;
+    write_checkpoint(dir, &spec).expect("synthetic checkpoint");
+    let mut rng = SplitMix64::new(5);
+    let mut ids = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| rng.below(spec.vocab_size as u64) as u32)
+            .collect()
+    };
+    Case {
+        name: "synthetic quant (shared expert split)".into(),
+        dir: dir.to_path_buf(),
+        prompt: ids(70),
+        fed: ids(30),
+    }
+}
+
+fn split_backend(
+    case: &Case,
+    numerics: Numerics,
+    graphs: bool,
+    devices: &[usize],
+    mode: SplitMode,
+) -> MultiGpuBackend {
+    let opts = MultiOptions {
+        gpu: GpuOptions {
+            numerics,
+            max_seqs: 4,
+            max_context: 2048,
+            cuda_graphs: graphs,
+            graph_buckets: vec![1, 2, 4],
+        },
+        devices: devices.to_vec(),
+        mode,
+    };
+    MultiGpuBackend::load(&case.dir, &opts, &LoadSettings::default()).expect("split GPU backend")
+}
+
+fn run_split(
+    case: &Case,
+    n: Numerics,
+    graphs: bool,
+    devices: &[usize],
+    mode: SplitMode,
+) -> Vec<Vec<f32>> {
+    teacher_forced(&mut split_backend(case, n, graphs, devices, mode), case)
+}
+
+/// The CPU split model's teacher-forced logits (prompt, then one token at a time).
+fn run_cpu_split(case: &Case, ranks: usize, mode: SplitMode, numerics: Numerics) -> Vec<Vec<f32>> {
+    let m = SplitModel::load(&case.dir, ranks, mode, numerics).expect("CPU split model");
+    let mut state = m.new_state();
+    let mut rows = Vec::new();
+    for chunk in std::iter::once(&case.prompt[..]).chain(case.fed.chunks(1)) {
+        let mut batch = [SplitItem {
+            state: &mut state,
+            tokens: chunk,
+        }];
+        let out = m
+            .forward(&mut batch, ForwardOptions::default())
+            .expect("forward");
+        rows.push(out.into_iter().next().expect("one item").logits);
+    }
+    rows
+}
+
+/// The gates the one-GPU runner meets against the CPU (gpu_model.rs): reference numerics argmax
+/// agreement >= 0.95 and median cosine >= 0.999; official numerics the golden README's smoke gate
+/// (one reassociated sum can flip an FP8/FP4 rounding that then grows, see gpu_model.rs).
+fn check_close(what: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    let (agree, median, min) = compare(got, want);
+    let (dmed, _) = official_smoke(got, want);
+    eprintln!("{what} {numerics:?}: agreement {agree:.3}, median cosine {median:.6} (min {min:.6}), median row max |dlogit| {dmed:.4}");
+    match numerics {
+        Numerics::Reference => assert!(
+            agree >= 0.95 && median >= 0.999,
+            "{what}: {agree} / {median}"
+        ),
+        Numerics::Official => assert!(agree >= 0.7 && dmed <= 1.0, "{what}: {agree} / {dmed}"),
+    }
+}
+
+#[test]
+fn tensor_split_on_one_rank_is_the_one_gpu_runner() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    let short = case.truncated(60, 20);
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&short, n, true);
+        let split = run_split(&short, n, true, &[0], SplitMode::Tensor);
+        assert_bits(&format!("tensor split, 1 rank, {n:?}"), &split, &one);
+    }
+}
+
+#[test]
+fn tensor_split_on_simulated_ranks_matches_one_gpu_and_cpu_split() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        for ranks in [2, 3, 4] {
+            let devices = vec![0; ranks];
+            let split = run_split(&case, n, true, &devices, SplitMode::Tensor);
+            check_close(&format!("{ranks} ranks vs one GPU"), n, &split, &one);
+            let cpu = run_cpu_split(&case, ranks, SplitMode::Tensor, n);
+            check_close(&format!("{ranks} ranks vs CPU split"), n, &split, &cpu);
+        }
+    }
+}
+
+#[test]
+fn tensor_split_without_latent_exchange_and_with_shared_rows_split() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let case = synthetic(tmp.path());
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let split = run_split(&case, n, true, &[0, 0], SplitMode::Tensor);
+        check_close("synthetic, 2 ranks vs one GPU", n, &split, &one);
+        let cpu_split = run_cpu_split(&case, 2, SplitMode::Tensor, n);
+        if n == Numerics::Official {
+            // Official numerics against the CPU are gated on the golden model (previous test). On
+            // this 31-row case they are dominated by FP8/FP4 rounding flips that a 1-ulp
+            // reassociation sets off (golden README, "Noise floor"); shown for the record next to
+            // the one-GPU runner's own figure.
+            let (m1, a1) = official_smoke(&one, &run_cpu(&case, n));
+            let (m2, a2) = official_smoke(&split, &cpu_split);
+            eprintln!("synthetic Official: one GPU vs CPU {a1:.3} / {m1:.3}, split vs CPU split {a2:.3} / {m2:.3}");
+            continue;
+        }
+        // Against the CPU the split must do as well as the one-GPU runner does against the unsplit
+        // CPU model (this case has near-ties that bf16 activations resolve differently from f32, for
+        // the unsplit runner too): at most one more row's argmax, the same median cosine.
+        let (base_agree, base_cos, _) = compare(&one, &run_cpu(&case, n));
+        let (agree, cos, _) = compare(&split, &cpu_split);
+        eprintln!("synthetic {n:?}: one GPU vs CPU {base_agree:.3} / {base_cos:.6}, split vs CPU split {agree:.3} / {cos:.6}");
+        let row = 1.0 / one.len() as f64;
+        assert!(agree >= base_agree - row - 1e-9, "{agree} vs {base_agree}");
+        assert!(cos >= base_cos - 1e-4, "{cos} vs {base_cos}");
+    }
+}
+
+#[test]
+fn split_graph_replay_equals_eager() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    let short = case.truncated(60, 20);
+    for mode in [SplitMode::Tensor, SplitMode::Layer] {
+        for ranks in [2, 3, 4] {
+            let devices = vec![0; ranks];
+            let eager = run_split(&short, Numerics::Official, false, &devices, mode);
+            let graph = run_split(&short, Numerics::Official, true, &devices, mode);
+            assert_bits(
+                &format!("{mode:?} split, {ranks} ranks, graph vs eager"),
+                &graph,
+                &eager,
+            );
+        }
+    }
+}
+
+#[test]
+fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        for ranks in [2, 3, 4] {
+            let split = run_split(&case, n, true, &vec![0; ranks], SplitMode::Layer);
+            assert_bits(&format!("layer split, {ranks} ranks, {n:?}"), &split, &one);
+        }
+    }
+    let cpu = run_cpu_split(&case, 2, SplitMode::Layer, Numerics::Reference);
+    let gpu = run_split(&case, Numerics::Reference, true, &[0, 0], SplitMode::Layer);
+    check_close(
+        "layer split, 2 ranks vs CPU split",
+        Numerics::Reference,
+        &gpu,
+        &cpu,
+    );
+}
+
+#[test]
+fn nccl_tensor_and_layer_split_match_one_gpu() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let gpus = gpu_count();
+    if gpus < 2 {
+        eprintln!("SKIP: {gpus} GPU(s): the NCCL split needs two or more");
+        return;
+    }
+    let Some(case) = golden_case() else {
+        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return;
+    };
+    let devices: Vec<usize> = (0..gpus.min(4)).collect();
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        for graphs in [false, true] {
+            let tp = run_split(&case, n, graphs, &devices, SplitMode::Tensor);
+            check_close(
+                &format!("NCCL tensor split {devices:?}, graphs {graphs}"),
+                n,
+                &tp,
+                &one,
+            );
+            let sim = run_split(&case, n, graphs, &vec![0; devices.len()], SplitMode::Tensor);
+            check_close("NCCL vs simulated ranks", n, &tp, &sim);
+            let layer = run_split(&case, n, graphs, &devices, SplitMode::Layer);
+            assert_bits(
+                &format!("NCCL layer split {devices:?}, {n:?}, graphs {graphs}"),
+                &layer,
+                &one,
+            );
+        }
+    }
+}
