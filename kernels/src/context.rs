@@ -22,6 +22,8 @@ pub struct Kernels {
     pub runner: crate::ops::runner::RunnerKernels,
     // attention kernels
     pub attn: crate::ops::attn_params::AttnKernels,
+    /// The batched-prefill kernels (prefill_*.cu).
+    pub prefill: crate::ops::prefill_params::PrefillKernels,
 }
 
 impl Kernels {
@@ -54,6 +56,7 @@ impl Kernels {
             runner: crate::ops::runner::RunnerKernels::resolve(module)?,
             // attention kernels
             attn: crate::ops::attn_params::AttnKernels::resolve(module)?,
+            prefill: crate::ops::prefill_params::PrefillKernels::resolve(module)?,
         })
     }
 }

@@ -2,5 +2,6 @@
 //! purpose: these define what the kernels must compute.
 pub mod formats;
 mod ops;
+pub mod prefill;
 
 pub use ops::{act_quant, fp4_expert, fp8_gemv, rmsnorm, ActQuant};

@@ -4,3 +4,5 @@ mod common;
 mod expert;
 mod gemv;
 mod norm_quant;
+mod prefill_attn;
+mod prefill_gemm;
