@@ -155,6 +155,14 @@ impl GpuModel {
         hook("head", ws)
     }
 
+    /// HC head, head and argmax of rows 0..rows of the workspace streams (a prefill copies each sequence's
+    /// last row there), for [`Self::read_next`] / [`Self::read_logits`].
+    pub(crate) fn head_rows(&mut self, rows: usize) -> Result<(), RunnerError> {
+        let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
+        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        head(ctx, cfg, &w.head, ws, rows)
+    }
+
     /// The greedy tokens of the last step's rows (one device-to-host copy: the step's one sync).
     pub fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
         let mut out = vec![0i32; rows];

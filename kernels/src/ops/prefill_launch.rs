@@ -97,6 +97,9 @@ impl GpuContext {
     pub unsafe fn launch_pf_attn(&self, s: &CudaStream, p: &PfAttn) -> Result<()> {
         let (d, rdim) = (p.dim as usize, p.rdim as usize);
         let i = dim_index(&PF_ATTN_DIMS, d, "attention")?;
+        check(NAME, self.kernels.prefill.attn_fits[i], || {
+            format!("attention dim {d}: {} B of shared memory per block not available", pf_attn_smem(d))
+        })?;
         check(
             NAME,
             rdim.is_multiple_of(2) && rdim <= 64 && rdim <= d && p.window > 0 && p.rows > 0,

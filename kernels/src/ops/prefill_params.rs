@@ -71,6 +71,18 @@ pub struct PrefillKernels {
     pub compress_state: CudaFunction,
     pub ring_write: CudaFunction,
     pub moe_group: CudaFunction,
+    /// Whether the device granted each attention instance its shared memory (a GPU with less shared
+    /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
+    pub attn_fits: [bool; 4],
+}
+
+impl PrefillKernels {
+    /// Whether every prefill kernel for head dim `dim` and indexer dim `index_dim` can run here.
+    pub fn supports(&self, dim: usize, index_dim: usize) -> bool {
+        let a = PF_ATTN_DIMS.iter().position(|&d| d == dim);
+        let i = PF_INDEX_DIMS.contains(&index_dim);
+        a.is_some_and(|a| self.attn_fits[a]) && i
+    }
 }
 
 /// Head dims of the attention kernel instances, in `PrefillKernels::attn` order.
@@ -85,6 +97,11 @@ fn opt_in(f: &CudaFunction, bytes: usize) -> Result<()> {
         b,
     )?;
     Ok(())
+}
+
+/// Whether the device has `bytes` of shared memory per block for `f` (the attribute is refused above it).
+fn fits(f: &CudaFunction, bytes: usize) -> bool {
+    opt_in(f, bytes).is_ok()
 }
 
 impl PrefillKernels {
@@ -106,8 +123,9 @@ impl PrefillKernels {
             get("pf_attn_d256")?,
             get("pf_attn_d512")?,
         ];
-        for (f, d) in attn.iter().zip(PF_ATTN_DIMS) {
-            opt_in(f, pf_attn_smem(d))?;
+        let mut attn_fits = [false; 4];
+        for ((f, d), ok) in attn.iter().zip(PF_ATTN_DIMS).zip(attn_fits.iter_mut()) {
+            *ok = fits(f, pf_attn_smem(d));
         }
         let index_score = [get("pf_index_score_d64")?, get("pf_index_score_d128")?];
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
@@ -123,6 +141,7 @@ impl PrefillKernels {
             compress_state: get("pf_compress_state")?,
             ring_write: get("pf_ring_write")?,
             moe_group: get("pf_moe_group")?,
+            attn_fits,
         })
     }
 }
