@@ -8,13 +8,15 @@
 //   compressed: HCA (sel == null): entries 0..n-1, n = min((pos + 1) / ratio, cap); CSA: sel[r, 0..min(n, k));
 //     SWA (ratio 0): none. The compressors ran before this kernel, so entries completed inside the call exist.
 // Math (per head h): z_j = scale <q_h, k_j> (f32 accumulation of bf16 products), online softmax over 32-key
-//   tiles with the unnormalised probabilities rounded to bf16 before P.V (the official kernel's quirk; the sum l
-//   uses the same rounded values), then M = max(m, sink_h), o = acc e^(m-M) / (l e^(m-M) + e^(sink_h - M)),
+//   tiles; P.V with f32-accurate probabilities like the decode kernel and the CPU reference: p = hi + lo, both
+//   bf16 (lo = the rounding error of hi, relative error 2^-17), two mma per step. (Rounding p to one bf16, the
+//   official kernel's quirk, moved a few near-tie argmaxes of the tiny test models past the GPU model gates.)
+//   Then M = max(m, sink_h), o = acc e^(m-M) / (l e^(m-M) + e^(sink_h - M)),
 //   inverse RoPE at pos on the last rdim channels, bf16 store group-major: out[g, r, (h mod hpg)*dim + c]
 //   (g = h / hpg, hpg = heads / groups), the layout the grouped wo_a GEMM reads.
 // Launch: grid (rows, ceil(heads/64)), block 256 (8 warps), dynamic shared memory pf_attn_smem(dim):
-//   Q [64][dim+8] + 2 key tiles [32][dim+8] (cp.async, next tile in flight) + P [64][40] bf16, S [64][33] f32
-//   and the per-head statistics. Q.K^T: warp (mi, ni) = (warp % 4, warp / 4) takes heads 16mi.. x keys 16ni..;
+//   Q [64][dim+8] + 2 key tiles [32][dim+8] (cp.async, next tile in flight) + P hi and lo [64][40] bf16, S
+//   [64][33] f32 and the per-head statistics. Q.K^T: warp (mi, ni) = (warp % 4, warp / 4) takes heads 16mi.. x keys 16ni..;
 //   P.V: heads 16mi.. x channels (dim/2) ni..; ldmatrix (.trans for V) feeds mma.sync m16n8k16.
 // Constraints: dim in {64, 128, 256, 512}, rdim even <= 64 and <= dim.
 // Variants tried: none measured yet (first version).
@@ -59,8 +61,9 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
     extern __shared__ __align__(16) u8 pf_dyn_smem[];
     u16* Qs = (u16*)pf_dyn_smem;                  // [64][LD]
     u16* Ks = Qs + PFA_HEADS * LD;                // [2][KT][LD]
-    u16* Ps = Ks + 2 * PFA_KT * LD;               // [64][LDP]
-    float* Ss = (float*)(Ps + PFA_HEADS * PFA_LDP);  // [64][KT + 1]
+    u16* Ps = Ks + 2 * PFA_KT * LD;               // [64][LDP] probabilities, bf16 high part
+    u16* Pl = Ps + PFA_HEADS * PFA_LDP;           // [64][LDP] the low part
+    float* Ss = (float*)(Pl + PFA_HEADS * PFA_LDP);  // [64][KT + 1]
     float* st = Ss + PFA_HEADS * (PFA_KT + 1);    // m[64], l[64], corr[64], cos[32], sin[32]
     const int r = blockIdx.x, hbase = blockIdx.y * PFA_HEADS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
@@ -136,10 +139,12 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
             const float v = key < nkeys ? Ss[h * (PFA_KT + 1) + lane] * p.scale : -INFINITY;
             const float mx = fmaxf(m_run[j], warp_max(v));  // finite: key t*KT is always valid
             const float corr = expf(m_run[j] - mx);
-            const u16 pb = f32_to_bf16(expf(v - mx));
-            l_run[j] = l_run[j] * corr + warp_sum(bf16_to_f32(pb));
+            const float pe = expf(v - mx);
+            const u16 hi = f32_to_bf16(pe);
+            l_run[j] = l_run[j] * corr + warp_sum(pe);
             m_run[j] = mx;
-            Ps[h * PFA_LDP + lane] = pb;
+            Ps[h * PFA_LDP + lane] = hi;
+            Pl[h * PFA_LDP + lane] = f32_to_bf16(pe - bf16_to_f32(hi));
             if (lane == 0) st[128 + h] = corr;
         }
         __syncthreads();
@@ -154,14 +159,17 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
         }
 #pragma unroll
         for (int kk = 0; kk < PFA_KT / 16; ++kk) {
-            u32 a[4];
-            pf_frag_a(Ps, PFA_LDP, mi * 16, kk * 16, a);
+            u32 ah[4], al[4];
+            pf_frag_a(Ps, PFA_LDP, mi * 16, kk * 16, ah);
+            pf_frag_a(Pl, PFA_LDP, mi * 16, kk * 16, al);
 #pragma unroll
             for (int nb = 0; nb < D / 32; ++nb) {
                 u32 b0[2], b1[2];
                 pf_frag_bt(Kt, LD, kk * 16, ni * (D / 2) + nb * 16, b0, b1);
-                pf_mma(acc[2 * nb], a, b0);
-                pf_mma(acc[2 * nb + 1], a, b1);
+                pf_mma(acc[2 * nb], ah, b0);
+                pf_mma(acc[2 * nb], al, b0);
+                pf_mma(acc[2 * nb + 1], ah, b1);
+                pf_mma(acc[2 * nb + 1], al, b1);
             }
         }
         __syncthreads();

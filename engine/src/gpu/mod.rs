@@ -23,7 +23,7 @@ pub use error::RunnerError;
 pub use graph::GraphSet;
 pub use model::{GpuModel, StepInput};
 pub use moe::Hook;
-pub use prefill::{PrefillHook, PrefillSeg, PrefillWs};
+pub use prefill::{prefill_attention, PrefillHook, PrefillSeg, PrefillWs};
 pub use probe::{probe_gpu, GpuProbe};
 pub use weights::{block_dense_bytes, BankPlan, ExpertBank, ModelWeightsDev};
 pub use workspace::Workspace;

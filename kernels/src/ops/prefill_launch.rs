@@ -35,7 +35,9 @@ unsafe fn launch_one<P: DeviceRepr>(
 /// Position of `d` in `dims`, or a shape error.
 fn dim_index(dims: &[usize], d: usize, what: &str) -> Result<usize> {
     let i = dims.iter().position(|&x| x == d);
-    check(NAME, i.is_some(), || format!("{what} dim {d} not in {dims:?}"))?;
+    check(NAME, i.is_some(), || {
+        format!("{what} dim {d} not in {dims:?}")
+    })?;
     Ok(i.unwrap_or(0))
 }
 
@@ -84,7 +86,9 @@ impl GpuContext {
         let f = match wt {
             PfWeights::Bf16 => &self.kernels.prefill.gemm_bf16[i],
             PfWeights::Fp8 => &self.kernels.prefill.gemm_fp8[i],
-            PfWeights::Fp4Expert => &self.kernels.prefill.gemm_fp4_expert[i],
+            PfWeights::Fp4Expert => {
+                &self.kernels.prefill.gemm_fp4_expert[bm.trailing_zeros() as usize - 5]
+            }
         };
         // SAFETY: caller's contract; shapes checked above.
         unsafe { launch_one(s, f, c, p) }
@@ -98,7 +102,10 @@ impl GpuContext {
         let (d, rdim) = (p.dim as usize, p.rdim as usize);
         let i = dim_index(&PF_ATTN_DIMS, d, "attention")?;
         check(NAME, self.kernels.prefill.attn_fits[i], || {
-            format!("attention dim {d}: {} B of shared memory per block not available", pf_attn_smem(d))
+            format!(
+                "attention dim {d}: {} B of shared memory per block not available",
+                pf_attn_smem(d)
+            )
         })?;
         check(
             NAME,
@@ -192,7 +199,12 @@ impl GpuContext {
     ///
     /// # Safety
     /// Addresses as documented in prefill_state.cu for `rows` rows.
-    pub unsafe fn launch_pf_ring_write(&self, s: &CudaStream, rows: usize, p: &PfRing) -> Result<()> {
+    pub unsafe fn launch_pf_ring_write(
+        &self,
+        s: &CudaStream,
+        rows: usize,
+        p: &PfRing,
+    ) -> Result<()> {
         check(NAME, p.dim > 0 && p.dim % 8 == 0 && p.window > 0, || {
             format!("ring dim {} window {}", p.dim, p.window)
         })?;

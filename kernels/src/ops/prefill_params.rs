@@ -48,7 +48,7 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
 
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
-    256 * (dim + 8) + 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
+    256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
 }
 
 /// Dynamic shared memory of `pf_index_score_d{dim}`.

@@ -70,8 +70,8 @@ fn keys_of<'a>(
             &ring[(slot * sh.window + q % sh.window) * d..][..d]
         });
     }
-    if sh.ratio > 0 {
-        let n = ((pos + 1) / sh.ratio).min(sh.cap);
+    if let Some(n) = (pos + 1).checked_div(sh.ratio) {
+        let n = n.min(sh.cap);
         let entries: Vec<usize> = match sel {
             Some(s) => s[r * sh.k..][..n.min(sh.k)]
                 .iter()
@@ -79,7 +79,11 @@ fn keys_of<'a>(
                 .collect(),
             None => (0..n).collect(),
         };
-        keys.extend(entries.iter().map(|&e| &comp[(slot * sh.cap + e) * d..][..d]));
+        keys.extend(
+            entries
+                .iter()
+                .map(|&e| &comp[(slot * sh.cap + e) * d..][..d]),
+        );
     }
     keys
 }
@@ -253,7 +257,7 @@ pub fn compress_decode(
             st.kv[row * w + c] = kr[c];
             st.sc[row * w + c] = gr[c] + ape[j * w + c];
         }
-        if (pos + 1) % m != 0 {
+        if !(pos + 1).is_multiple_of(m) {
             continue;
         }
         let pooled: Vec<f32> = (0..sh.dc)
@@ -309,13 +313,18 @@ pub fn check_moe_group(ids: &[i32], order: &[i32], tiles: &[i32], bm: usize) -> 
         let (e, begin, rows) = (tiles[1 + 3 * t], tiles[2 + 3 * t], tiles[3 + 3 * t]);
         let (begin, rows) = (begin as usize, rows as usize);
         if begin != next || rows == 0 || rows > bm {
-            return Err(format!("tile {t}: begin {begin} rows {rows}, expected begin {next}"));
+            return Err(format!(
+                "tile {t}: begin {begin} rows {rows}, expected begin {next}"
+            ));
         }
         if let Some(&s) = order[begin..begin + rows]
             .iter()
             .find(|&&s| ids[s as usize] != e)
         {
-            return Err(format!("tile {t} of expert {e} holds slot {s} of expert {}", ids[s as usize]));
+            return Err(format!(
+                "tile {t} of expert {e} holds slot {s} of expert {}",
+                ids[s as usize]
+            ));
         }
         next = begin + rows;
     }

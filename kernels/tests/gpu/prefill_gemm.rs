@@ -15,18 +15,32 @@ pub fn dp<T>(g: &GpuContext, b: &CudaSlice<T>) -> u64 {
 /// Max |got - want| / (1e-5 sum|x w| + bf16 rounding of the output); passes when <= 1.
 fn check(name: &str, got: &[f32], want: &[f32], absum: &[f32], bf16_out: bool) {
     let (worst, at) = worst_ratio(got, want, |i| {
-        let rnd = if bf16_out { want[i].abs() * 2f32.powi(-8) } else { 0.0 };
+        let rnd = if bf16_out {
+            want[i].abs() * 2f32.powi(-8)
+        } else {
+            0.0
+        };
         1e-5 * absum[i] + rnd + 1e-30
     });
-    println!("{name}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}", rel_l2(got, want));
-    assert!(worst <= 1.0, "{name}: element {at} got {} want {}", got[at], want[at]);
+    println!(
+        "{name}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
+        rel_l2(got, want)
+    );
+    assert!(
+        worst <= 1.0,
+        "{name}: element {at} got {} want {}",
+        got[at],
+        want[at]
+    );
 }
 
 fn sum_abs(x: &[bf16], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     (0..m * n)
         .map(|i| {
             let (r, c) = (i / n, i % n);
-            (0..k).map(|j| (x[r * k + j].to_f32() * w[c * k + j]).abs()).sum()
+            (0..k)
+                .map(|j| (x[r * k + j].to_f32() * w[c * k + j]).abs())
+                .sum()
         })
         .collect()
 }
@@ -36,13 +50,24 @@ fn fp8_values(w: &[u8], s: &[u8], n: usize, k: usize) -> Vec<f32> {
     (0..n * k)
         .map(|i| {
             let (r, j) = (i / k, i % k);
-            reference::formats::e4m3_to_f32(w[i]) * reference::formats::ue8m0(s[(r / 128) * kb + j / 128])
+            reference::formats::e4m3_to_f32(w[i])
+                * reference::formats::ue8m0(s[(r / 128) * kb + j / 128])
         })
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 /// One dense launch with `ns.len()` groups sharing x (FP8 or bf16 weights), checked group by group.
-fn dense_case(g: &GpuContext, seed: u64, m: usize, ns: &[usize], k: usize, wt: PfWeights, bm: usize, bf16_out: bool) {
+fn dense_case(
+    g: &GpuContext,
+    seed: u64,
+    m: usize,
+    ns: &[usize],
+    k: usize,
+    wt: PfWeights,
+    bm: usize,
+    bf16_out: bool,
+) {
     let mut r = rng(seed);
     let x = rand_bf16(&mut r, m * k);
     let dx = upload(g, &x);
@@ -65,7 +90,11 @@ fn dense_case(g: &GpuContext, seed: u64, m: usize, ns: &[usize], k: usize, wt: P
             let w = rand_bf16(&mut r, n * k);
             wants.push(reference::prefill::bf16_gemm(&x, &w, m, n, k));
             let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
-            (w.iter().map(|v| v.to_f32()).collect(), upload(g, &bytes), upload(g, &[0u8]))
+            (
+                w.iter().map(|v| v.to_f32()).collect(),
+                upload(g, &bytes),
+                upload(g, &[0u8]),
+            )
         };
         let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; m * n]);
         p.x[gi] = dp(g, &dx);
@@ -82,12 +111,22 @@ fn dense_case(g: &GpuContext, seed: u64, m: usize, ns: &[usize], k: usize, wt: P
         let raw = download(g, out);
         let got: Vec<f32> = if bf16_out {
             let bits: &[u16] = bytemuck_u16(&raw);
-            bits[..m * n].iter().map(|&b| bf16::from_bits(b).to_f32()).collect()
+            bits[..m * n]
+                .iter()
+                .map(|&b| bf16::from_bits(b).to_f32())
+                .collect()
         } else {
             raw
         };
-        let name = format!("pf_gemm {wt:?} bm {bm} m {m} n {n} k {k} group {gi} bf16_out {bf16_out}");
-        check(&name, &got, &wants[gi], &sum_abs(&x, wvals, m, n, k), bf16_out);
+        let name =
+            format!("pf_gemm {wt:?} bm {bm} m {m} n {n} k {k} group {gi} bf16_out {bf16_out}");
+        check(
+            &name,
+            &got,
+            &wants[gi],
+            &sum_abs(&x, wvals, m, n, k),
+            bf16_out,
+        );
     }
 }
 
@@ -135,8 +174,18 @@ fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usize) -
     ids
 }
 
+#[allow(clippy::too_many_arguments)]
 /// pf_moe_group, then the expert GEMM as w1 + w3 (two groups, x per token) and as w2 (x per slot).
-fn expert_case(g: &GpuContext, seed: u64, b: usize, topk: usize, experts: usize, n: usize, k: usize, bm: usize) {
+fn expert_case(
+    g: &GpuContext,
+    seed: u64,
+    b: usize,
+    topk: usize,
+    experts: usize,
+    n: usize,
+    k: usize,
+    bm: usize,
+) {
     let mut r = rng(seed);
     let s = b * topk;
     let ids = rand_ids(&mut r, b, topk, experts);
@@ -186,7 +235,8 @@ fn expert_case(g: &GpuContext, seed: u64, b: usize, topk: usize, experts: usize,
         }
         // SAFETY: tiles/order from pf_moe_group with this bm; x holds xrows*k, w/s experts*n*k/2 and
         // experts*n*k/32 bytes, out s*n f32.
-        unsafe { g.launch_pf_gemm(&g.stream, PfWeights::Fp4Expert, bm, groups, max_tiles, &p) }.expect("launch");
+        unsafe { g.launch_pf_gemm(&g.stream, PfWeights::Fp4Expert, bm, groups, max_tiles, &p) }
+            .expect("launch");
         for (gi, (w, sc, _, _, out, want)) in keep.iter().enumerate() {
             let got = download(g, out);
             let absum: Vec<f32> = (0..s * n)
@@ -254,6 +304,9 @@ fn pf_moe_group_handles_one_expert_and_many() {
         let (ho, ht) = (download(&g, &order), download(&g, &tiles));
         reference::prefill::check_moe_group(&ids, &ho, &ht, bm).expect("grouping");
         assert!(ht[0] as usize <= max_tiles);
-        println!("pf_moe_group slots {s} experts {experts} bm {bm}: {} tiles", ht[0]);
+        println!(
+            "pf_moe_group slots {s} experts {experts} bm {bm}: {} tiles",
+            ht[0]
+        );
     }
 }

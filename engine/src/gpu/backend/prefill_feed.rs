@@ -62,7 +62,11 @@ impl GpuBackend {
 
     /// Prefills `tokens` into `seq` in ONE call and returns the logits of every token (`[tokens][vocab]`),
     /// for checking each position against the CPU reference. At most `PREFILL_TOKENS` tokens.
-    pub fn prefill_logits(&mut self, seq: SeqId, tokens: &[u32]) -> Result<Vec<Vec<f32>>, BackendError> {
+    pub fn prefill_logits(
+        &mut self,
+        seq: SeqId,
+        tokens: &[u32],
+    ) -> Result<Vec<Vec<f32>>, BackendError> {
         self.check_work(&[Work { seq, tokens }])?;
         let Some(ws) = self.prefill.as_mut() else {
             return Err(dev("no prefill workspace"));

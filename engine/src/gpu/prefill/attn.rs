@@ -5,11 +5,15 @@
 
 use super::gemm::{self, at, at_mut, Job};
 use super::plan::Plan;
+use super::ws::{
+    PrefillWs, META_POS0, META_POSITIONS, META_ROW0, META_ROWID, META_SEGLEN, META_SLOTS,
+};
 use super::PrefillHook;
-use super::ws::{PrefillWs, META_POS0, META_POSITIONS, META_ROW0, META_ROWID, META_SEGLEN, META_SLOTS};
 use crate::gpu::attention::{dptr, dptr_mut, AttnLayer, AttnState, CompCache, CompressorDev};
 use crate::gpu::RunnerError;
-use dsv4_kernels::attn::{AttnIndexTopk, AttnRowPrep, AttnVecPrep, QUANT_HAD_Q4, QUANT_NONE, QUANT_Q8_NOPE};
+use dsv4_kernels::attn::{
+    AttnIndexTopk, AttnRowPrep, AttnVecPrep, QUANT_HAD_Q4, QUANT_NONE, QUANT_Q8_NOPE,
+};
 use dsv4_kernels::cudarc::driver::CudaStream;
 use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing, PfWeights};
 use dsv4_kernels::GpuContext;
@@ -85,10 +89,28 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         // SAFETY: a and xq hold rows x hidden bf16.
         unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
     }
-    let x = if c.official { dptr(&b.xq, s) } else { dptr(&ws.a, s) };
+    let x = if c.official {
+        dptr(&b.xq, s)
+    } else {
+        dptr(&ws.a, s)
+    };
     let jobs = [
-        Job::new(s, x, &layer.wq_a.w, &layer.wq_a.scale, dptr_mut(&mut b.qr_f32, s), layer.wq_a.n),
-        Job::new(s, x, &layer.wkv.w, &layer.wkv.scale, dptr_mut(&mut b.kv_f32, s), layer.wkv.n),
+        Job::new(
+            s,
+            x,
+            &layer.wq_a.w,
+            &layer.wq_a.scale,
+            dptr_mut(&mut b.qr_f32, s),
+            layer.wq_a.n,
+        ),
+        Job::new(
+            s,
+            x,
+            &layer.wkv.w,
+            &layer.wkv.scale,
+            dptr_mut(&mut b.kv_f32, s),
+            layer.wkv.n,
+        ),
     ];
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &jobs)?;
     let p = AttnRowPrep {
@@ -105,11 +127,33 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
     let qr = dptr(&b.qr, s);
-    let mut jobs = vec![Job::new(s, qr, &layer.wq_b.w, &layer.wq_b.scale, dptr_mut(&mut b.q_f32, s), layer.wq_b.n)];
+    let mut jobs = vec![Job::new(
+        s,
+        qr,
+        &layer.wq_b.w,
+        &layer.wq_b.scale,
+        dptr_mut(&mut b.q_f32, s),
+        layer.wq_b.n,
+    )];
     if let Some(ix) = &layer.index {
-        jobs.push(Job::new(s, qr, &ix.wq_b.w, &ix.wq_b.scale, dptr_mut(&mut b.iq_f32, s), ix.wq_b.n));
+        jobs.push(Job::new(
+            s,
+            qr,
+            &ix.wq_b.w,
+            &ix.wq_b.scale,
+            dptr_mut(&mut b.iq_f32, s),
+            ix.wq_b.n,
+        ));
     }
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, cfg.q_lora_rank, false, &jobs)?;
+    gemm::dense(
+        c.ctx,
+        s,
+        PfWeights::Fp8,
+        rows,
+        cfg.q_lora_rank,
+        false,
+        &jobs,
+    )?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
     let base = AttnVecPrep {
         freqs: dptr(&layer.freqs, s),
@@ -128,7 +172,10 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         ..base
     };
     // SAFETY: q_f32 / q hold rows x heads x head_dim; positions rows ints.
-    unsafe { c.ctx.launch_attn_vec_prep(s, cfg.num_attention_heads, rows, &q) }?;
+    unsafe {
+        c.ctx
+            .launch_attn_vec_prep(s, cfg.num_attention_heads, rows, &q)
+    }?;
     let kv = AttnVecPrep {
         x: dptr(&b.kv_f32, s),
         norm_w: dptr(&layer.kv_norm, s),
@@ -141,7 +188,13 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     unsafe { c.ctx.launch_attn_vec_prep(s, 1, rows, &kv) }?;
     if let Some(lin) = &layer.lin {
         // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16, as in decode.
-        let job = Job::bf16(s, dptr(&ws.a, s), lin, dptr_mut(&mut b.proj, s), layer.lin_rows);
+        let job = Job::bf16(
+            s,
+            dptr(&ws.a, s),
+            lin,
+            dptr_mut(&mut b.proj, s),
+            layer.lin_rows,
+        );
         gemm::dense(c.ctx, s, PfWeights::Bf16, rows, d, false, &[job])?;
     }
     Ok(())
@@ -253,7 +306,12 @@ fn indexer(
     Ok(())
 }
 
-fn attend(c: &Call<'_>, layer: &AttnLayer, state: &AttnState, ws: &mut PrefillWs) -> Result<(), RunnerError> {
+fn attend(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &AttnState,
+    ws: &mut PrefillWs,
+) -> Result<(), RunnerError> {
     let (s, cfg) = (c.s, &layer.cfg);
     let (comp, cap, ratio) = match (&state.comp, &layer.comp) {
         (Some(cc), Some(l)) => (dptr(&cc.cache, s), cc.cap as i32, l.ratio as i32),
@@ -264,7 +322,11 @@ fn attend(c: &Call<'_>, layer: &AttnLayer, state: &AttnState, ws: &mut PrefillWs
         kv: dptr(&ws.attn.kv, s),
         ring: dptr(&state.ring, s),
         comp,
-        sel: if layer.index.is_some() { dptr(&ws.attn.sel, s) } else { 0 },
+        sel: if layer.index.is_some() {
+            dptr(&ws.attn.sel, s)
+        } else {
+            0
+        },
         slots: c.meta(ws, META_SLOTS, 0),
         positions: c.meta(ws, META_POSITIONS, 0),
         row0: c.meta(ws, META_ROW0, 0),
@@ -290,7 +352,12 @@ fn attend(c: &Call<'_>, layer: &AttnLayer, state: &AttnState, ws: &mut PrefillWs
 }
 
 /// The ring takes each sequence's last `window` rows (after the attention read the previous ones).
-fn ring_write(c: &Call<'_>, layer: &AttnLayer, state: &mut AttnState, ws: &PrefillWs) -> Result<(), RunnerError> {
+fn ring_write(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    ws: &PrefillWs,
+) -> Result<(), RunnerError> {
     let s = c.s;
     let p = PfRing {
         kv: dptr(&ws.attn.kv, s),
@@ -338,6 +405,13 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
     };
     // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
     unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
-    let job = Job::new(s, dptr(&b.u, s), &layer.wo_b.w, &layer.wo_b.scale, dptr_mut(&mut ws.attn_out, s), layer.wo_b.n);
+    let job = Job::new(
+        s,
+        dptr(&b.u, s),
+        &layer.wo_b.w,
+        &layer.wo_b.scale,
+        dptr_mut(&mut ws.attn_out, s),
+        layer.wo_b.n,
+    );
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, layer.wo_b.k, true, &[job])
 }

@@ -17,7 +17,14 @@ pub struct Job {
 }
 
 impl Job {
-    pub fn new<W, S>(s: &CudaStream, x: u64, w: &CudaSlice<W>, sc: &CudaSlice<S>, out: u64, n: usize) -> Job {
+    pub fn new<W, S>(
+        s: &CudaStream,
+        x: u64,
+        w: &CudaSlice<W>,
+        sc: &CudaSlice<S>,
+        out: u64,
+        n: usize,
+    ) -> Job {
         Job {
             x,
             w: dptr(w, s),
@@ -60,7 +67,10 @@ fn tile_rows(rows: usize) -> usize {
 
 fn params(k: usize, out_bf16: bool, jobs: &[Job]) -> Result<PfGemm, RunnerError> {
     if jobs.is_empty() || jobs.len() > PF_GROUPS {
-        return Err(RunnerError::Unsupported(format!("{} GEMM groups", jobs.len())));
+        return Err(RunnerError::Unsupported(format!(
+            "{} GEMM groups",
+            jobs.len()
+        )));
     }
     let mut p = PfGemm {
         k: k as i32,
@@ -118,8 +128,6 @@ pub fn experts(
     p.x_per_slot = i32::from(x_per_slot);
     // SAFETY: tiles/order were written by pf_moe_group for t.bm over the same slots; the jobs' x hold every
     // token (or slot) row, the weights are [E, n, k/2] nibbles with [E, n, k/32] scales, outputs [slots, n].
-    unsafe {
-        ctx.launch_pf_gemm(s, PfWeights::Fp4Expert, t.bm, jobs.len(), t.max_tiles, &p)
-    }?;
+    unsafe { ctx.launch_pf_gemm(s, PfWeights::Fp4Expert, t.bm, jobs.len(), t.max_tiles, &p) }?;
     Ok(())
 }

@@ -16,6 +16,7 @@ mod ws;
 
 pub use ws::PrefillWs;
 
+use super::attention::{AttnLayer, AttnState};
 use super::model::GpuModel;
 use super::weights::HcDev;
 use super::RunnerError;
@@ -24,7 +25,7 @@ use crate::model::ModelConfig;
 use attn::Call;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::PfWeights;
-use dsv4_kernels::{GpuContext, HcPre, HC_STREAMS};
+use dsv4_kernels::{bf16, GpuContext, HcPre, HC_STREAMS};
 use plan::Plan;
 
 /// One sequence's part of a prefill call: `tokens` fed from position `pos` into state slot `slot`.
@@ -42,11 +43,49 @@ pub fn supported(ctx: &GpuContext, cfg: &ModelConfig) -> bool {
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     let g_in = cfg.num_attention_heads * cfg.head_dim / cfg.o_groups.max(1);
     let fp8_k = [d, cfg.q_lora_rank, g_in, cfg.o_groups * cfg.o_lora_rank, i];
-    ctx.kernels.prefill.supports(cfg.head_dim, cfg.index_head_dim)
+    ctx.kernels
+        .prefill
+        .supports(cfg.head_dim, cfg.index_head_dim)
         && fp8_k.iter().all(|k| k % 16 == 0)
         && d % 32 == 0
         && i % 32 == 0
         && cfg.n_routed_experts <= dsv4_kernels::prefill::PF_GROUP_MAX_EXPERTS
+}
+
+/// One attention block over one call on its own (tests compare it with decode steps on the same inputs): `a`
+/// bf16 `[rows, hidden]` are the segments' normalised block inputs in call order; returns the block output
+/// `[rows, hidden]`, leaving `state` as the same tokens fed as decode steps would.
+pub fn prefill_attention(
+    ctx: &GpuContext,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    ws: &mut PrefillWs,
+    segs: &[PrefillSeg<'_>],
+    a: &[bf16],
+    numerics: Numerics,
+) -> Result<Vec<bf16>, RunnerError> {
+    let s = ctx.stream.clone();
+    let plan = Plan::build(&s, &layer.cfg, ws, segs, state.max_context)?;
+    let n = plan.rows * layer.cfg.hidden_size;
+    if a.len() != n {
+        return Err(RunnerError::Unsupported(format!(
+            "prefill_attention: {} inputs for {} rows",
+            a.len(),
+            plan.rows
+        )));
+    }
+    s.memcpy_htod(a, &mut ws.a.slice_mut(..n))?;
+    let c = Call {
+        ctx,
+        s: &s,
+        plan: &plan,
+        official: numerics == Numerics::Official,
+    };
+    attn::attention(&c, layer, state, ws, &mut |_| Ok(()))?;
+    let mut out = vec![bf16::ZERO; n];
+    s.memcpy_dtoh(&ws.attn_out.slice(..n), &mut out)?;
+    s.synchronize()?;
+    Ok(out)
 }
 
 /// Called after each stage with its name (the bench records an event there); normally a no-op.
@@ -56,7 +95,11 @@ impl GpuModel {
     /// Feeds every segment's tokens (distinct slots), then runs the HC head, head and argmax on each
     /// segment's last row into rows 0..segs.len() of the decode workspace: read them with
     /// [`GpuModel::read_next`] / [`GpuModel::read_logits`].
-    pub fn prefill(&mut self, ws: &mut PrefillWs, segs: &[PrefillSeg<'_>]) -> Result<(), RunnerError> {
+    pub fn prefill(
+        &mut self,
+        ws: &mut PrefillWs,
+        segs: &[PrefillSeg<'_>],
+    ) -> Result<(), RunnerError> {
         self.prefill_with(ws, segs, &mut |_| Ok(()))
     }
 
@@ -97,7 +140,13 @@ impl GpuModel {
         hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
         let s = &ctx.stream;
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
-        let job = gemm::Job::bf16(s, gemm::at(&ws.a, s, 0), &w.head, gemm::at_mut(&mut logits, s, 0), v);
+        let job = gemm::Job::bf16(
+            s,
+            gemm::at(&ws.a, s, 0),
+            &w.head,
+            gemm::at_mut(&mut logits, s, 0),
+            v,
+        );
         gemm::dense(ctx, s, PfWeights::Bf16, rows, d, false, &[job])?;
         Ok(s.clone_dtoh(&logits)?)
     }
@@ -124,12 +173,28 @@ impl GpuModel {
             official,
         };
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, Mixer::Attn)?;
+            hc_pre(
+                ctx,
+                cfg,
+                ws,
+                rows,
+                &blk.hc_attn,
+                &blk.attn_norm,
+                Mixer::Attn,
+            )?;
             hook("hc_pre.attn")?;
             attn::attention(&c, &blk.attn, state, ws, hook)?;
             ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
             hook("hc_post.attn")?;
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, Mixer::Ffn { quant: official })?;
+            hc_pre(
+                ctx,
+                cfg,
+                ws,
+                rows,
+                &blk.hc_ffn,
+                &blk.ffn_norm,
+                Mixer::Ffn { quant: official },
+            )?;
             hook("hc_pre.ffn")?;
             moe::forward(&c, cfg, &blk.moe, ws, hook)?;
             let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);

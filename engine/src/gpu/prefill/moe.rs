@@ -14,9 +14,10 @@ use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfGroup, PfWeights};
 use dsv4_kernels::{pf_max_tiles, RouteBy, RouteShape};
 
-/// Routed-expert row tile for `slots` slots over `experts`: the larger tile once experts average 96 rows.
+/// Routed-expert row tile for `slots` slots over `experts`: the larger tile once experts average 96 rows (a
+/// tile converts its expert's weights however many of its rows are used; 32-row tiles measured slower).
 fn expert_bm(slots: usize, experts: usize) -> usize {
-    if slots >= 96 * experts {
+    if slots >= 96 * experts.max(1) {
         128
     } else {
         EXPERT_MIN_BM
@@ -55,7 +56,8 @@ pub(super) fn forward(
             bias: w.bias.as_ref(),
         },
     };
-    c.ctx.launch_moe_route(s, &shape, &m.gate, by, &mut m.ids, &mut m.wts)?;
+    c.ctx
+        .launch_moe_route(s, &shape, &m.gate, by, &mut m.ids, &mut m.wts)?;
     let slots = rows * k;
     let bm = expert_bm(slots, e);
     let gp = PfGroup {
@@ -79,7 +81,11 @@ pub(super) fn forward(
         topk: k,
     };
     // Official numerics: aq (the FP8 fake-quantised input) was written by the ffn HCPre.
-    let x = if c.official { dptr(&ws.aq, s) } else { dptr(&ws.a, s) };
+    let x = if c.official {
+        dptr(&ws.aq, s)
+    } else {
+        dptr(&ws.a, s)
+    };
     let b = &*w.bank;
     let up = [
         Job::new(s, x, &b.w1, &b.s1, dptr_mut(&mut m.g, s), i),
@@ -87,9 +93,25 @@ pub(super) fn forward(
     ];
     gemm::experts(c.ctx, s, &tiles, d, false, &up)?;
     let lim = cfg.swiglu_limit;
-    c.ctx
-        .launch_moe_swiglu(s, slots, i, lim, c.official, &m.g, &m.u, Some(&m.wts), &mut m.h)?;
-    let down = Job::new(s, dptr(&m.h, s), &b.w2, &b.s2, dptr_mut(&mut m.y_routed, s), d);
+    c.ctx.launch_moe_swiglu(
+        s,
+        slots,
+        i,
+        lim,
+        c.official,
+        &m.g,
+        &m.u,
+        Some(&m.wts),
+        &mut m.h,
+    )?;
+    let down = Job::new(
+        s,
+        dptr(&m.h, s),
+        &b.w2,
+        &b.s2,
+        dptr_mut(&mut m.y_routed, s),
+        d,
+    );
     gemm::experts(c.ctx, s, &tiles, i, true, &[down])?;
     hook("moe.routed")?;
     shared(c, cfg, w, ws, x)?;
@@ -116,6 +138,13 @@ fn shared(
     let lim = cfg.swiglu_limit;
     c.ctx
         .launch_moe_swiglu(s, rows, i, lim, c.official, &m.sg, &m.su, none, &mut m.sh)?;
-    let down = Job::new(s, dptr(&m.sh, s), &w2.w, &w2.scale, dptr_mut(&mut m.y_shared, s), w2.out);
+    let down = Job::new(
+        s,
+        dptr(&m.sh, s),
+        &w2.w,
+        &w2.scale,
+        dptr_mut(&mut m.y_shared, s),
+        w2.out,
+    );
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w2.inp, false, &[down])
 }

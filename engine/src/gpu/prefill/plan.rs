@@ -51,7 +51,9 @@ pub fn ratios(cfg: &ModelConfig) -> Vec<usize> {
         .map(|l| cfg.attention_kind(l).ratio())
         .filter(|&r| r > 0)
         .collect();
-    if (0..cfg.num_hidden_layers).any(|l| matches!(cfg.attention_kind(l), AttentionKind::Csa { .. })) {
+    if (0..cfg.num_hidden_layers)
+        .any(|l| matches!(cfg.attention_kind(l), AttentionKind::Csa { .. }))
+    {
         r.push(CSA_RATIO);
     }
     r.sort_unstable();
@@ -73,7 +75,10 @@ impl Plan {
         if rows == 0 || rows > t || segs.len() > crate::gpu::MAX_ROWS {
             return Err(RunnerError::TooManyRows { rows, max: t });
         }
-        if let Some(s) = segs.iter().find(|s| s.tokens.is_empty() || s.pos + s.tokens.len() > max_context) {
+        if let Some(s) = segs
+            .iter()
+            .find(|s| s.tokens.is_empty() || s.pos + s.tokens.len() > max_context)
+        {
             return Err(RunnerError::Unsupported(format!(
                 "prefill segment at {} of {} tokens (empty, or past the context of {max_context})",
                 s.pos,
@@ -88,7 +93,10 @@ impl Plan {
             for (i, &tok) in s.tokens.iter().enumerate() {
                 let r = row + i;
                 tokens[r] = tok as i32;
-                for (a, v) in [s.slot, s.pos + i, row, s.pos, s.tokens.len(), r].iter().enumerate() {
+                for (a, v) in [s.slot, s.pos + i, row, s.pos, s.tokens.len(), r]
+                    .iter()
+                    .enumerate()
+                {
                     meta[a * t + r] = *v as i32;
                 }
             }
@@ -145,7 +153,12 @@ impl Plan {
 
 /// Row groups of at most `group` rows for the indexer scores, each with enough blocks per row that its
 /// longest row's entry tiles are spread about 4 per block.
-fn score_groups(cfg: &ModelConfig, segs: &[SegRows], group: usize, max_context: usize) -> Vec<ScoreGroup> {
+fn score_groups(
+    cfg: &ModelConfig,
+    segs: &[SegRows],
+    group: usize,
+    max_context: usize,
+) -> Vec<ScoreGroup> {
     let cap = super::ws::index_cap(max_context);
     let tile = dsv4_kernels::prefill::PF_INDEX_TILE;
     let positions: Vec<usize> = segs.iter().flat_map(|s| s.pos0..s.pos0 + s.len).collect();
@@ -153,8 +166,16 @@ fn score_groups(cfg: &ModelConfig, segs: &[SegRows], group: usize, max_context: 
         .chunks(group.max(1))
         .enumerate()
         .map(|(i, ps)| {
-            let n = ps.iter().map(|p| ((p + 1) / CSA_RATIO).min(cap)).max().unwrap_or(0);
-            let tiles = if n > cfg.index_topk { n.div_ceil(tile) } else { 0 };
+            let n = ps
+                .iter()
+                .map(|p| ((p + 1) / CSA_RATIO).min(cap))
+                .max()
+                .unwrap_or(0);
+            let tiles = if n > cfg.index_topk {
+                n.div_ceil(tile)
+            } else {
+                0
+            };
             ScoreGroup {
                 begin: i * group.max(1),
                 len: ps.len(),

@@ -40,7 +40,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "1024,8192")]
     prefill: Vec<usize>,
     /// Tokens per batched-prefill call.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 8192)]
     prefill_chunk: usize,
 }
 
@@ -83,7 +83,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
     let longest = args.prefill.iter().copied().max().unwrap_or(0);
-    let max_ctx = args.contexts.iter().copied().max().unwrap_or(4096).max(longest)
+    let max_ctx = args
+        .contexts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(4096)
+        .max(longest)
         + args.warmup
         + args.steps
         + 8;

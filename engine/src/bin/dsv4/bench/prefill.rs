@@ -34,7 +34,13 @@ fn reset(model: &mut GpuModel, slot: usize) -> anyhow::Result<()> {
 }
 
 /// Feeds `tokens` into a reset `slot` in calls of `chunk` and reads the greedy token (the one sync).
-fn run(model: &mut GpuModel, ws: &mut PrefillWs, slot: usize, tokens: &[u32], chunk: usize) -> anyhow::Result<()> {
+fn run(
+    model: &mut GpuModel,
+    ws: &mut PrefillWs,
+    slot: usize,
+    tokens: &[u32],
+    chunk: usize,
+) -> anyhow::Result<()> {
     for (i, part) in tokens.chunks(chunk).enumerate() {
         let seg = PrefillSeg {
             slot,
@@ -78,7 +84,11 @@ pub fn time_prompts(
 }
 
 /// Milliseconds per stage (summed over layers) of one prefill call of `len` tokens from position 0.
-pub fn profile(model: &mut GpuModel, ws: &mut PrefillWs, len: usize) -> anyhow::Result<Vec<(String, f64)>> {
+pub fn profile(
+    model: &mut GpuModel,
+    ws: &mut PrefillWs,
+    len: usize,
+) -> anyhow::Result<Vec<(String, f64)>> {
     let toks = prompt(len, model.cfg.vocab_size);
     reset(model, 0)?;
     let stream = model.ctx.stream.clone();
@@ -89,7 +99,10 @@ pub fn profile(model: &mut GpuModel, ws: &mut PrefillWs, len: usize) -> anyhow::
         tokens: &toks,
     };
     model.prefill_with(ws, &[seg], &mut |name| {
-        marks.push((name, stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?));
+        marks.push((
+            name,
+            stream.record_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))?,
+        ));
         Ok(())
     })?;
     model.read_next(1)?;
@@ -106,7 +119,10 @@ pub fn print(rows: &[PrefillRow], profile: &[(String, f64)], profile_len: usize)
     if rows.is_empty() {
         return;
     }
-    println!("\nbatched prefill (one sequence, calls of {} tokens, to the first greedy token):", rows[0].chunk);
+    println!(
+        "\nbatched prefill (one sequence, calls of {} tokens, to the first greedy token):",
+        rows[0].chunk
+    );
     println!("| prompt | ms | tok/s |");
     println!("|---|---|---|");
     for r in rows {
@@ -117,7 +133,9 @@ pub fn print(rows: &[PrefillRow], profile: &[(String, f64)], profile_len: usize)
     }
     if !profile.is_empty() {
         let total: f64 = profile.iter().map(|p| p.1).sum();
-        println!("\nper-stage time of one prefill call ({profile_len} tokens), summed over layers:");
+        println!(
+            "\nper-stage time of one prefill call ({profile_len} tokens), summed over layers:"
+        );
         for (name, ms) in profile {
             println!("  {name:<14} {ms:9.3} ms  {:5.1}%", 100.0 * ms / total);
         }
