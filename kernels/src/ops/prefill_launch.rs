@@ -86,9 +86,7 @@ impl GpuContext {
         let f = match wt {
             PfWeights::Bf16 => &self.kernels.prefill.gemm_bf16[i],
             PfWeights::Fp8 => &self.kernels.prefill.gemm_fp8[i],
-            PfWeights::Fp4Expert => {
-                &self.kernels.prefill.gemm_fp4_expert[bm.trailing_zeros() as usize - 5]
-            }
+            PfWeights::Fp4Expert => &self.kernels.prefill.gemm_fp4_expert[i],
         };
         // SAFETY: caller's contract; shapes checked above.
         unsafe { launch_one(s, f, c, p) }
