@@ -6,18 +6,8 @@ mod gpu_model_util;
 
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, SeqId, Work};
-use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuProbe};
+use dsv4_engine::gpu::GpuBackend;
 use gpu_model_util::*;
-
-fn gpu_or_skip() -> bool {
-    match probe_gpu() {
-        GpuProbe::Available(_) => true,
-        GpuProbe::Unavailable(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
 
 /// Official numerics amplify rounding: one last-bit difference flips an FP8/FP4 rounding and the
 /// flip grows through the layers (golden README, "Noise floor and mistakes": a 1e-6 perturbation of

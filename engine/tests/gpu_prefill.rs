@@ -8,21 +8,11 @@ mod gpu_model_util;
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, SeqId, Work};
 use dsv4_engine::gpu::attention::AttnState;
-use dsv4_engine::gpu::{probe_gpu, GpuBackend, GpuProbe};
+use dsv4_engine::gpu::GpuBackend;
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::reference::{BatchItem, ForwardOptions, Model, SeqState};
 use dsv4_kernels::bf16;
 use gpu_model_util::*;
-
-fn gpu_or_skip() -> bool {
-    match probe_gpu() {
-        GpuProbe::Available(_) => true,
-        GpuProbe::Unavailable(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
 
 /// The gates of gpu_model.rs: reference numerics argmax agreement >= 0.95 and median cosine >= 0.999;
 /// official numerics median row max |dlogit| <= 1 and argmax agreement >= 0.7.
@@ -47,8 +37,8 @@ fn check(name: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32>]) {
     }
 }
 
-/// The CPU reference's logits of every prompt position.
-fn cpu_every_position(case: &Case, numerics: Numerics) -> Vec<Vec<f32>> {
+/// The CPU reference after the prompt: its state and the logits of every prompt position.
+fn cpu_prompt(case: &Case, numerics: Numerics) -> (SeqState, Vec<Vec<f32>>) {
     let ck = Checkpoint::open(&case.dir).expect("checkpoint");
     let model = Model::from_checkpoint(&ck, numerics).expect("model");
     let mut state = model.new_state();
@@ -58,7 +48,8 @@ fn cpu_every_position(case: &Case, numerics: Numerics) -> Vec<Vec<f32>> {
     }];
     let out = model.forward(&mut batch, ForwardOptions { all_logits: true });
     let v = model.cfg.vocab_size;
-    out[0].logits.chunks(v).map(<[f32]>::to_vec).collect()
+    let rows = out[0].logits.chunks(v).map(<[f32]>::to_vec).collect();
+    (state, rows)
 }
 
 /// The GPU's logits of every prompt position: `(n, false)` prefills n tokens in one call, `(n, true)` feeds n
@@ -107,7 +98,7 @@ fn prefill_every_position_matches_cpu_reference() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for case in cases(tmp.path()) {
         for numerics in [Numerics::Reference, Numerics::Official] {
-            let want = cpu_every_position(&case, numerics);
+            let (_, want) = cpu_prompt(&case, numerics);
             let one = gpu_every_position(&case, numerics, &[]);
             check(&format!("{} one call", case.name), numerics, &one, &want);
             // Uneven: one token, a window boundary crossed mid-call, single tokens, a long tail.
@@ -244,18 +235,6 @@ fn compare_states(a: &GpuBackend, b: &GpuBackend, cpu: &SeqState) {
     }
 }
 
-fn cpu_state(case: &Case, numerics: Numerics) -> SeqState {
-    let ck = Checkpoint::open(&case.dir).expect("checkpoint");
-    let model = Model::from_checkpoint(&ck, numerics).expect("model");
-    let mut state = model.new_state();
-    let mut batch = [BatchItem {
-        state: &mut state,
-        tokens: &case.prompt,
-    }];
-    model.forward(&mut batch, ForwardOptions::default());
-    state
-}
-
 #[test]
 fn decode_after_prefill_matches_token_by_token() {
     if !gpu_or_skip() {
@@ -278,7 +257,7 @@ fn decode_after_prefill_matches_token_by_token() {
             }])
             .expect("prefill");
         eprintln!("{numerics:?}: attention state after the prompt");
-        let cpu = cpu_state(&case, numerics);
+        let (cpu, _) = cpu_prompt(&case, numerics);
         compare_states(&batched, &stepped, &cpu);
         let a = decode_rows(&mut batched, s2, &case, pre);
         let b = decode_rows(&mut stepped, s1, &case, first);

@@ -186,13 +186,22 @@ impl GpuModel {
 
 /// Which collapse an HCPre is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mixer {
+pub(crate) enum Mixer {
     Attn,
-    /// `quant`: also write the FP8-fake-quantised copy `ws.aq` for the expert GEMVs.
+    /// `quant`: also write the FP8-fake-quantised copy `aq` for the expert GEMVs.
     Ffn {
         quant: bool,
     },
     Head,
+}
+
+/// The buffers an HCPre reads and writes: the decode workspace's, or a prefill call's.
+pub(crate) struct HcBufs<'a> {
+    pub x: &'a CudaSlice<bf16>,
+    pub hc_ws: &'a mut CudaSlice<f32>,
+    pub mix: &'a mut CudaSlice<f32>,
+    pub a: &'a mut CudaSlice<bf16>,
+    pub aq: &'a mut CudaSlice<bf16>,
 }
 
 /// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
@@ -200,6 +209,26 @@ fn hc_pre(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     ws: &mut Workspace,
+    rows: usize,
+    hc: &HcDev,
+    norm: &CudaSlice<f32>,
+    mixer: Mixer,
+) -> Result<(), RunnerError> {
+    let b = HcBufs {
+        x: &ws.x,
+        hc_ws: &mut ws.hc_ws,
+        mix: &mut ws.mix,
+        a: &mut ws.a,
+        aq: &mut ws.aq,
+    };
+    hc_pre_into(ctx, cfg, b, rows, hc, norm, mixer)
+}
+
+/// HCPre (or HCHead) of `b.x` fused with its RMSNorm into `b.a` (mix coefficients into `b.mix`).
+pub(crate) fn hc_pre_into(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    b: HcBufs<'_>,
     rows: usize,
     hc: &HcDev,
     norm: &CudaSlice<f32>,
@@ -213,10 +242,21 @@ fn hc_pre(
         sinkhorn_iters: cfg.hc_sinkhorn_iters,
         head: mixer == Mixer::Head,
     };
-    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(&mut ws.aq);
-    let (x, a, mix) = (&ws.x, &mut ws.a, &mut ws.mix);
-    let (f, b, s) = (&hc.func, &hc.base, &hc.scale);
-    ctx.launch_hc_pre(&ctx.stream, &p, x, f, b, s, norm, &mut ws.hc_ws, mix, a, yq)?;
+    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(b.aq);
+    let (f, base, s) = (&hc.func, &hc.base, &hc.scale);
+    ctx.launch_hc_pre(
+        &ctx.stream,
+        &p,
+        b.x,
+        f,
+        base,
+        s,
+        norm,
+        b.hc_ws,
+        b.mix,
+        b.a,
+        yq,
+    )?;
     Ok(())
 }
 

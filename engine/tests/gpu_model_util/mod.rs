@@ -10,6 +10,17 @@ use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
 use dsv4_engine::reference::Model;
 use std::path::{Path, PathBuf};
 
+/// Whether a CUDA GPU is present; prints why the test is skipped when not.
+pub fn gpu_or_skip() -> bool {
+    match dsv4_engine::gpu::probe_gpu() {
+        dsv4_engine::gpu::GpuProbe::Available(_) => true,
+        dsv4_engine::gpu::GpuProbe::Unavailable(why) => {
+            eprintln!("SKIP: {why}");
+            false
+        }
+    }
+}
+
 pub fn data_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("DSV4_TEST_DATA") {
         Some(d) => PathBuf::from(d),

@@ -1,36 +1,14 @@
 //! Launchers of the batched-prefill kernels (`cuda/prefill_*.cu`). They check each kernel's dimension limits;
 //! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
-use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::CudaStream;
 
+use super::attn_launch::{cfg, launch_one};
 use super::grid;
 use super::prefill_params::*;
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 
 const NAME: &str = "prefill";
-
-fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim,
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: u32::try_from(smem).unwrap_or(u32::MAX),
-    }
-}
-
-/// # Safety
-/// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
-unsafe fn launch_one<P: DeviceRepr>(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    c: LaunchConfig,
-    p: &P,
-) -> Result<()> {
-    let mut l = stream.launch_builder(f);
-    l.arg(p);
-    // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
-    unsafe { l.launch(c) }?;
-    Ok(())
-}
 
 /// Position of `d` in `dims`, or a shape error.
 fn dim_index(dims: &[usize], d: usize, what: &str) -> Result<usize> {

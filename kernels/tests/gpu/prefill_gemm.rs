@@ -7,6 +7,7 @@ use dsv4_kernels::{bf16, pf_max_tiles, reference, GpuContext};
 use rand::Rng;
 
 use crate::common::*;
+use crate::expert::rand_ids;
 
 pub fn dp<T>(g: &GpuContext, b: &CudaSlice<T>) -> u64 {
     b.device_ptr(&g.stream).0
@@ -156,22 +157,6 @@ fn pf_gemm_dense_matches_reference() {
     }
     dense_case(&g, 50, 33, &[200], 256, PfWeights::Fp8, 128, true);
     dense_case(&g, 51, 65, &[96], 64, PfWeights::Bf16, 64, true);
-}
-
-/// Distinct random experts per token.
-fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usize) -> Vec<i32> {
-    let mut ids = Vec::with_capacity(b * topk);
-    for _ in 0..b {
-        let mut chosen: Vec<i32> = Vec::new();
-        while chosen.len() < topk {
-            let e = r.random_range(0..experts as i32);
-            if !chosen.contains(&e) {
-                chosen.push(e);
-            }
-        }
-        ids.extend(chosen);
-    }
-    ids
 }
 
 #[allow(clippy::too_many_arguments)]

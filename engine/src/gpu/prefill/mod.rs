@@ -17,7 +17,7 @@ mod ws;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
-use super::model::GpuModel;
+use super::model::{hc_pre_into, GpuModel, HcBufs, Mixer};
 use super::weights::HcDev;
 use super::RunnerError;
 use crate::api::Numerics;
@@ -25,7 +25,7 @@ use crate::model::ModelConfig;
 use attn::Call;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::PfWeights;
-use dsv4_kernels::{bf16, GpuContext, HcPre, HC_STREAMS};
+use dsv4_kernels::{bf16, GpuContext, HC_STREAMS};
 use plan::Plan;
 
 /// One sequence's part of a prefill call: `tokens` fed from position `pos` into state slot `slot`.
@@ -205,14 +205,6 @@ impl GpuModel {
     }
 }
 
-/// Which collapse an HCPre is (the ffn one may also write the FP8 fake-quantised copy `aq`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mixer {
-    Attn,
-    Ffn { quant: bool },
-    Head,
-}
-
 /// HCPre (or HCHead) of the call's streams fused with its RMSNorm into `ws.a` (mix into `ws.mix`).
 fn hc_pre(
     ctx: &GpuContext,
@@ -223,17 +215,12 @@ fn hc_pre(
     norm: &CudaSlice<f32>,
     mixer: Mixer,
 ) -> Result<(), RunnerError> {
-    let p = HcPre {
-        rows,
-        d: cfg.hidden_size,
-        norm_eps: cfg.rms_norm_eps,
-        hc_eps: cfg.hc_eps,
-        sinkhorn_iters: cfg.hc_sinkhorn_iters,
-        head: mixer == Mixer::Head,
+    let b = HcBufs {
+        x: &ws.x,
+        hc_ws: &mut ws.hc_ws,
+        mix: &mut ws.mix,
+        a: &mut ws.a,
+        aq: &mut ws.aq,
     };
-    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(&mut ws.aq);
-    let (f, b, sc) = (&hc.func, &hc.base, &hc.scale);
-    let (x, hw, mix, a) = (&ws.x, &mut ws.hc_ws, &mut ws.mix, &mut ws.a);
-    ctx.launch_hc_pre(&ctx.stream, &p, x, f, b, sc, norm, hw, mix, a, yq)?;
-    Ok(())
+    hc_pre_into(ctx, cfg, b, rows, hc, norm, mixer)
 }
