@@ -24,6 +24,8 @@ pub struct Kernels {
     pub attn: crate::ops::attn_params::AttnKernels,
     /// Glue of the model split over ranks (split.cu).
     pub split: crate::ops::split::SplitKernels,
+    /// The batched-prefill kernels (prefill_*.cu).
+    pub prefill: crate::ops::prefill_params::PrefillKernels,
 }
 
 impl Kernels {
@@ -57,6 +59,7 @@ impl Kernels {
             // attention kernels
             attn: crate::ops::attn_params::AttnKernels::resolve(module)?,
             split: crate::ops::split::SplitKernels::resolve(module)?,
+            prefill: crate::ops::prefill_params::PrefillKernels::resolve(module)?,
         })
     }
 }

@@ -26,6 +26,9 @@ pub use ops::split::RANK_MAX;
 pub use ops::synth::Fill;
 // attention kernels
 pub use ops::attn_params as attn;
+// batched prefill kernels
+pub use ops::prefill_launch::pf_max_tiles;
+pub use ops::prefill_params as prefill;
 pub use probe::{Gpu, GpuInfo};
 
 /// Re-exported so callers use the same cudarc types as the launchers.

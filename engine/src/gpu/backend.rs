@@ -1,10 +1,14 @@
 //! [`GpuBackend`]: the CUDA runner behind the engine's [`Backend`] interface. Sequences map to
-//! attention-state slots; a prefill chunk is fed as successive decode steps (correct first; batched
-//! prefill is future work); snapshots save every layer's slot state.
+//! attention-state slots; steps of single tokens run as decode steps (graph replay), steps with a prefill
+//! chunk run through the batched prefill (prefill_feed.rs: decode rows ride along as one-token chunks);
+//! snapshots save every layer's slot state.
+
+mod prefill_feed;
 
 use super::attention::AttnSnapshot;
 use super::graph::GraphSet;
 use super::model::{GpuModel, StepInput};
+use super::prefill::PrefillWs;
 use super::sampling::DeviceSampler;
 use super::weights::ModelWeightsDev;
 use super::RunnerError;
@@ -19,6 +23,8 @@ use std::path::Path;
 
 /// Most rows one step runs (the kernels' batch limit).
 pub const MAX_ROWS: usize = 64;
+/// Most tokens of one batched-prefill call (its workspace is sized for this many rows).
+pub const PREFILL_TOKENS: usize = 2048;
 
 #[derive(Debug, Clone)]
 pub struct GpuOptions {
@@ -50,6 +56,8 @@ pub struct GpuBackend {
     snapshots: HashMap<SnapshotId, Snap>,
     next_id: u64,
     context_limit: usize,
+    /// None when its workspace did not fit: prefill chunks then run as decode steps.
+    prefill: Option<PrefillWs>,
 }
 
 /// The split plan's fit check for one GPU against its free memory (the message names what is
@@ -95,6 +103,9 @@ impl GpuBackend {
             GraphSet::empty()
         };
         let sampler = DeviceSampler::new(&model, seqs)?;
+        let prefill = super::prefill::supported(&model.ctx, &model.cfg)
+            .then(|| PrefillWs::new(&model.ctx, &model.cfg, PREFILL_TOKENS, limit).ok())
+            .flatten();
         Ok(GpuBackend {
             model,
             graphs,
@@ -104,6 +115,7 @@ impl GpuBackend {
             snapshots: HashMap::new(),
             next_id: 1,
             context_limit: limit,
+            prefill,
         })
     }
 
@@ -131,8 +143,9 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Feeds every item's tokens, one token per item per step; after each item's last token records
-    /// the token its draw picks (greedy without `draws`) and, with `logits`, its logits.
+    /// Feeds every item's tokens: single tokens as decode steps, anything with a longer chunk through the
+    /// batched prefill; after each item's last token records the token its draw picks (greedy without
+    /// `draws`) and, with `logits`, its logits.
     fn feed(
         &mut self,
         work: &[Work<'_>],
@@ -140,6 +153,19 @@ impl GpuBackend {
         logits: bool,
     ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
         self.check_work(work)?;
+        if self.prefill.is_some() && work.iter().any(|w| w.tokens.len() > 1) {
+            return self.feed_prefill(work, draws, logits);
+        }
+        self.feed_steps(work, draws, logits)
+    }
+
+    /// Feeds every item's tokens one token per item per step (decode steps, graph replay).
+    fn feed_steps(
+        &mut self,
+        work: &[Work<'_>],
+        draws: Option<&[Draw]>,
+        logits: bool,
+    ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
         let mut out = vec![(0u32, Vec::new()); work.len()];
         let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
         let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);

@@ -121,6 +121,14 @@ impl GpuModel {
         hook("head", ws)
     }
 
+    /// HC head, head and argmax of rows 0..rows of the workspace streams (a prefill copies each sequence's
+    /// last row there), for [`Self::read_next`] / [`Self::read_logits`].
+    pub(crate) fn head_rows(&mut self, rows: usize) -> Result<(), RunnerError> {
+        let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
+        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        head(ctx, cfg, &w.head, ws, rows)
+    }
+
     /// The greedy tokens of the last step's rows (one device-to-host copy: the step's one sync).
     pub fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
         let mut out = vec![0i32; rows];
@@ -198,11 +206,20 @@ pub(crate) fn run_block(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mixer {
     Attn,
-    /// `quant`: also write the FP8-fake-quantised copy `ws.aq` for the expert GEMVs.
+    /// `quant`: also write the FP8-fake-quantised copy `aq` for the expert GEMVs.
     Ffn {
         quant: bool,
     },
     Head,
+}
+
+/// The buffers an HCPre reads and writes: the decode workspace's, or a prefill call's.
+pub(crate) struct HcBufs<'a> {
+    pub x: &'a CudaSlice<bf16>,
+    pub hc_ws: &'a mut CudaSlice<f32>,
+    pub mix: &'a mut CudaSlice<f32>,
+    pub a: &'a mut CudaSlice<bf16>,
+    pub aq: &'a mut CudaSlice<bf16>,
 }
 
 /// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
@@ -210,6 +227,26 @@ pub(crate) fn hc_pre(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     ws: &mut Workspace,
+    rows: usize,
+    hc: &HcDev,
+    norm: &CudaSlice<f32>,
+    mixer: Mixer,
+) -> Result<(), RunnerError> {
+    let b = HcBufs {
+        x: &ws.x,
+        hc_ws: &mut ws.hc_ws,
+        mix: &mut ws.mix,
+        a: &mut ws.a,
+        aq: &mut ws.aq,
+    };
+    hc_pre_into(ctx, cfg, b, rows, hc, norm, mixer)
+}
+
+/// HCPre (or HCHead) of `b.x` fused with its RMSNorm into `b.a` (mix coefficients into `b.mix`).
+pub(crate) fn hc_pre_into(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    b: HcBufs<'_>,
     rows: usize,
     hc: &HcDev,
     norm: &CudaSlice<f32>,
@@ -223,10 +260,21 @@ pub(crate) fn hc_pre(
         sinkhorn_iters: cfg.hc_sinkhorn_iters,
         head: mixer == Mixer::Head,
     };
-    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(&mut ws.aq);
-    let (x, a, mix) = (&ws.x, &mut ws.a, &mut ws.mix);
-    let (f, b, s) = (&hc.func, &hc.base, &hc.scale);
-    ctx.launch_hc_pre(&ctx.stream, &p, x, f, b, s, norm, &mut ws.hc_ws, mix, a, yq)?;
+    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(b.aq);
+    let (f, base, s) = (&hc.func, &hc.base, &hc.scale);
+    ctx.launch_hc_pre(
+        &ctx.stream,
+        &p,
+        b.x,
+        f,
+        base,
+        s,
+        norm,
+        b.hc_ws,
+        b.mix,
+        b.a,
+        yq,
+    )?;
     Ok(())
 }
 

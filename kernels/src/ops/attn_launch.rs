@@ -9,7 +9,7 @@ use crate::error::{check, Result};
 
 const NAME: &str = "attn";
 
-fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
+pub(super) fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim,
         block_dim: (threads, 1, 1),
@@ -21,7 +21,7 @@ fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
 ///
 /// # Safety
 /// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
-unsafe fn launch_one<P: DeviceRepr>(
+pub(super) unsafe fn launch_one<P: DeviceRepr>(
     stream: &CudaStream,
     f: &CudaFunction,
     c: LaunchConfig,

@@ -10,6 +10,9 @@ pub mod fp4_expert;
 pub mod fp8_gemv;
 pub mod mhc;
 pub mod moe_route;
+// batched prefill kernels
+pub mod prefill_launch;
+pub mod prefill_params;
 pub mod rmsnorm;
 pub mod runner;
 pub mod sample;

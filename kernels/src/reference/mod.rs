@@ -2,6 +2,7 @@
 //! purpose: these define what the kernels must compute.
 pub mod formats;
 mod ops;
+pub mod prefill;
 pub mod split;
 
 pub use ops::{act_quant, fp4_expert, fp8_gemv, rmsnorm, ActQuant};

@@ -5,7 +5,7 @@ use rand::Rng;
 use crate::common::*;
 
 /// topk distinct expert ids per token.
-fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usize) -> Vec<i32> {
+pub fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usize) -> Vec<i32> {
     let mut ids = Vec::with_capacity(b * topk);
     for _ in 0..b {
         let mut chosen: Vec<i32> = Vec::new();

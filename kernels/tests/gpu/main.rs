@@ -4,4 +4,6 @@ mod common;
 mod expert;
 mod gemv;
 mod norm_quant;
+mod prefill_attn;
+mod prefill_gemm;
 mod split;

@@ -5,11 +5,12 @@
 mod measure;
 mod multi;
 mod plan;
+mod prefill;
 
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::{
     block_dense_bytes, probe_gpu, BankPlan, ExpertBank, GpuModel, GpuProbe, GraphSet,
-    ModelWeightsDev,
+    ModelWeightsDev, PrefillWs,
 };
 use dsv4_kernels::GpuContext;
 use measure::Inputs;
@@ -47,6 +48,12 @@ pub struct BenchArgs {
     /// Split modes to run with --gpus, in turn.
     #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
     split: Vec<SplitMode>,
+    /// Prompt lengths of the batched-prefill timing (empty: skip it).
+    #[arg(long, value_delimiter = ',', default_value = "1024,8192")]
+    prefill: Vec<usize>,
+    /// Tokens per batched-prefill call.
+    #[arg(long, default_value_t = 8192)]
+    prefill_chunk: usize,
 }
 
 fn parse_split(s: &str) -> Result<SplitMode, String> {
@@ -81,6 +88,9 @@ struct Report {
     rows: Vec<Row>,
     /// (batch, per-op ms) of eager steps.
     profile: Vec<(usize, Vec<(String, f64)>)>,
+    prefill: Vec<prefill::PrefillRow>,
+    /// Per-stage ms of one prefill call of `prefill_chunk` tokens.
+    prefill_profile: Vec<(String, f64)>,
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -105,9 +115,24 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let max_ctx =
-        args.contexts.iter().copied().max().unwrap_or(4096) + args.warmup + args.steps + 8;
-    let mem = plan::memory_plan(&ctx, &cfg, max_b + 1, max_ctx)?;
+    let longest = args.prefill.iter().copied().max().unwrap_or(0);
+    let max_ctx = args
+        .contexts
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(4096)
+        .max(longest)
+        + args.warmup
+        + args.steps
+        + 8;
+    let chunk = args.prefill_chunk.max(1);
+    let prefill_bytes = if args.prefill.is_empty() {
+        0
+    } else {
+        PrefillWs::bytes_for(&cfg, chunk, max_ctx)
+    };
+    let mem = plan::memory_plan(&ctx, &cfg, max_b + 1, max_ctx, prefill_bytes)?;
     let banks = args.banks.unwrap_or(mem.banks);
     let bank_plan = BankPlan::shared(cfg.num_hidden_layers, banks);
     println!(
@@ -137,7 +162,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
             profile.push((b, measure::profile(&mut model, &inp, 3)?));
         }
     }
-    let report = Report {
+    let mut report = Report {
         gpu: info.name,
         copy_gb_per_s: copy,
         expert_banks: bank_plan.banks,
@@ -145,8 +170,18 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         weights_gb,
         rows,
         profile,
+        prefill: Vec::new(),
+        prefill_profile: Vec::new(),
     };
     print_report(&report);
+    if !args.prefill.is_empty() {
+        let mut ws = PrefillWs::new(&model.ctx, &model.cfg, chunk, max_ctx)?;
+        report.prefill = prefill::time_prompts(&mut model, &mut ws, &args.prefill, chunk)?;
+        if args.profile {
+            report.prefill_profile = prefill::profile(&mut model, &mut ws, chunk)?;
+        }
+        prefill::print(&report.prefill, &report.prefill_profile, chunk);
+    }
     if let Some(p) = &args.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
     }
@@ -219,13 +254,6 @@ fn print_report(r: &Report) {
             x.cache_gb,
             x.gb_per_s,
             x.pct_of_copy
-        );
-    }
-    if let Some(b1) = r.rows.iter().find(|x| x.batch == 1 && x.graph) {
-        println!(
-            "prefill via the decode path (no batched prefill yet): 1K-token prompt TTFT ~ {:.2} s ({:.0} tok/s)",
-            1024.0 * b1.ms_per_step * 1e-3,
-            1e3 / b1.ms_per_step
         );
     }
     for (b, ops) in &r.profile {

@@ -24,12 +24,14 @@ pub struct MemoryPlan {
 }
 
 /// Measures one attention layer and one layer's state (per kind, averaged over the model by
-/// counting kinds) and sizes the banks; 6 GiB stay free for workspace, graphs and the copy test.
+/// counting kinds) and sizes the banks; 6 GiB stay free for workspace, graphs and the copy test, besides
+/// `extra` bytes (the batched-prefill workspace).
 pub fn memory_plan(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     slots: usize,
     context: usize,
+    extra: usize,
 ) -> anyhow::Result<MemoryPlan> {
     let layers = cfg.num_hidden_layers;
     let mut attn = 0usize;
@@ -52,7 +54,7 @@ pub fn memory_plan(
     let (d, v, i) = (cfg.hidden_size, cfg.vocab_size, cfg.moe_intermediate_size);
     let dense =
         layers * (2 * 24 * 4 * d * 4 + cfg.n_routed_experts * d * 2 + 3 * (d * i + d * i / 16384));
-    let other = 2 * v * d * 2 + dense + attn + (6 << 30);
+    let other = 2 * v * d * 2 + dense + attn + extra + (6 << 30);
     let (free, _) = ctx.ctx.mem_get_info()?;
     let bank_bytes = ExpertBank::bytes_for(cfg);
     let banks = (free.saturating_sub(other) / bank_bytes).clamp(1, layers);

@@ -1,0 +1,417 @@
+//! The attention block over every row of a prefill call (spec 2.4-2.7): the same stages as a decode step
+//! (decode.rs) with GEMMs over the rows, both compressors over the call's tokens (entries completed inside the
+//! call are pooled before any query reads them), indexer scores per row against the entries its position sees,
+//! attention reading this call's window rows and the previous ring, then the ring update.
+
+use super::gemm::{self, at, at_mut, Job};
+use super::plan::Plan;
+use super::ws::{
+    PrefillWs, META_POS0, META_POSITIONS, META_ROW0, META_ROWID, META_SEGLEN, META_SLOTS,
+};
+use super::PrefillHook;
+use crate::gpu::attention::{dptr, dptr_mut, AttnLayer, AttnState, CompCache, CompressorDev};
+use crate::gpu::RunnerError;
+use dsv4_kernels::attn::{
+    AttnIndexTopk, AttnRowPrep, AttnVecPrep, QUANT_HAD_Q4, QUANT_NONE, QUANT_Q8_NOPE,
+};
+use dsv4_kernels::cudarc::driver::CudaStream;
+use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing, PfWeights};
+use dsv4_kernels::GpuContext;
+
+/// FP8 activation-quant block of the official numerics.
+const ACT_BLOCK: i32 = 128;
+
+/// What every stage needs besides buffers.
+pub(super) struct Call<'a> {
+    pub ctx: &'a GpuContext,
+    pub s: &'a CudaStream,
+    pub plan: &'a Plan,
+    pub official: bool,
+}
+
+impl Call<'_> {
+    fn quant(&self, q: i32) -> i32 {
+        if self.official {
+            q
+        } else {
+            QUANT_NONE
+        }
+    }
+
+    /// Address of per-row array `which` (META_*), `from` rows in.
+    fn meta(&self, ws: &PrefillWs, which: usize, from: usize) -> u64 {
+        at(&ws.meta, self.s, which * ws.max_tokens + from)
+    }
+}
+
+/// Attention of `plan.rows` rows of `ws.a` into `ws.attn_out`, updating `state` like as many decode steps.
+pub(super) fn attention(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    ws: &mut PrefillWs,
+    hook: PrefillHook<'_>,
+) -> Result<(), RunnerError> {
+    project(c, layer, ws)?;
+    hook("attn.proj")?;
+    let proj = dptr(&ws.attn.proj, c.s);
+    if let (Some(comp), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
+        compress(c, ws, layer, comp, cache, proj, QUANT_Q8_NOPE)?;
+    }
+    if let (Some(ix), Some(keys)) = (&layer.index, state.index.as_mut()) {
+        compress(c, ws, layer, &ix.comp, keys, proj, QUANT_HAD_Q4)?;
+    }
+    hook("attn.compress")?;
+    indexer(c, layer, state, ws)?;
+    hook("attn.indexer")?;
+    attend(c, layer, state, ws)?;
+    ring_write(c, layer, state, ws)?;
+    hook("attn.core")?;
+    output(c, layer, ws)?;
+    hook("attn.out")
+}
+
+/// q (normed per head, roped), this call's window rows, the stacked bf16 projections.
+fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), RunnerError> {
+    let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
+    let d = cfg.hidden_size;
+    let b = &mut ws.attn;
+    if c.official {
+        let p = AttnRowPrep {
+            x: dptr(&ws.a, s),
+            out: dptr_mut(&mut b.xq, s),
+            groups: 1,
+            rows: rows as i32,
+            width: d as i32,
+            quant_blk: ACT_BLOCK,
+            ..Default::default()
+        };
+        // SAFETY: a and xq hold rows x hidden bf16.
+        unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
+    }
+    let x = if c.official {
+        dptr(&b.xq, s)
+    } else {
+        dptr(&ws.a, s)
+    };
+    let jobs = [
+        Job::new(
+            s,
+            x,
+            &layer.wq_a.w,
+            &layer.wq_a.scale,
+            dptr_mut(&mut b.qr_f32, s),
+            layer.wq_a.n,
+        ),
+        Job::new(
+            s,
+            x,
+            &layer.wkv.w,
+            &layer.wkv.scale,
+            dptr_mut(&mut b.kv_f32, s),
+            layer.wkv.n,
+        ),
+    ];
+    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &jobs)?;
+    let p = AttnRowPrep {
+        x: dptr(&b.qr_f32, s),
+        norm_w: dptr(&layer.q_norm, s),
+        out: dptr_mut(&mut b.qr, s),
+        x_f32: 1,
+        groups: 1,
+        rows: rows as i32,
+        width: cfg.q_lora_rank as i32,
+        quant_blk: if c.official { ACT_BLOCK } else { 0 },
+        eps: cfg.rms_norm_eps,
+    };
+    // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
+    unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
+    let qr = dptr(&b.qr, s);
+    let mut jobs = vec![Job::new(
+        s,
+        qr,
+        &layer.wq_b.w,
+        &layer.wq_b.scale,
+        dptr_mut(&mut b.q_f32, s),
+        layer.wq_b.n,
+    )];
+    if let Some(ix) = &layer.index {
+        jobs.push(Job::new(
+            s,
+            qr,
+            &ix.wq_b.w,
+            &ix.wq_b.scale,
+            dptr_mut(&mut b.iq_f32, s),
+            ix.wq_b.n,
+        ));
+    }
+    gemm::dense(
+        c.ctx,
+        s,
+        PfWeights::Fp8,
+        rows,
+        cfg.q_lora_rank,
+        false,
+        &jobs,
+    )?;
+    let hd = cfg.num_attention_heads * cfg.head_dim;
+    let base = AttnVecPrep {
+        freqs: dptr(&layer.freqs, s),
+        positions: c.meta(ws, META_POSITIONS, 0),
+        dim: cfg.head_dim as i32,
+        rdim: cfg.qk_rope_head_dim as i32,
+        rms: 1,
+        eps: cfg.rms_norm_eps,
+        ..Default::default()
+    };
+    let b = &mut ws.attn;
+    let q = AttnVecPrep {
+        x: dptr(&b.q_f32, s),
+        out: dptr_mut(&mut b.q, s),
+        x_stride: hd as i32,
+        ..base
+    };
+    // SAFETY: q_f32 / q hold rows x heads x head_dim; positions rows ints.
+    unsafe {
+        c.ctx
+            .launch_attn_vec_prep(s, cfg.num_attention_heads, rows, &q)
+    }?;
+    let kv = AttnVecPrep {
+        x: dptr(&b.kv_f32, s),
+        norm_w: dptr(&layer.kv_norm, s),
+        out: dptr_mut(&mut b.kv, s),
+        x_stride: cfg.head_dim as i32,
+        quant: c.quant(QUANT_Q8_NOPE),
+        ..base
+    };
+    // SAFETY: kv_f32 / kv hold rows x head_dim (window 0: row-major output, not the ring).
+    unsafe { c.ctx.launch_attn_vec_prep(s, 1, rows, &kv) }?;
+    if let Some(lin) = &layer.lin {
+        // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16, as in decode.
+        let job = Job::bf16(
+            s,
+            dptr(&ws.a, s),
+            lin,
+            dptr_mut(&mut b.proj, s),
+            layer.lin_rows,
+        );
+        gemm::dense(c.ctx, s, PfWeights::Bf16, rows, d, false, &[job])?;
+    }
+    Ok(())
+}
+
+/// Pools the entries the call completes, then moves the compressor state on (prefill_state.cu).
+fn compress(
+    c: &Call<'_>,
+    ws: &PrefillWs,
+    layer: &AttnLayer,
+    comp: &CompressorDev,
+    cache: &mut CompCache,
+    proj: u64,
+    quant: i32,
+) -> Result<(), RunnerError> {
+    let s = c.s;
+    let jobs = c.plan.jobs_of(comp.ratio).ok_or_else(|| {
+        RunnerError::Unsupported(format!("no prefill jobs planned for ratio {}", comp.ratio))
+    })?;
+    let mut p = PfCompress {
+        proj,
+        ape: dptr(&comp.ape, s),
+        norm_w: dptr(&comp.norm, s),
+        freqs: dptr(&layer.freqs, s),
+        jobs: at(&ws.jobs, s, jobs.offset),
+        state_kv: dptr_mut(&mut cache.kv, s),
+        state_sc: dptr_mut(&mut cache.sc, s),
+        cache: dptr_mut(&mut cache.cache, s),
+        proj_stride: layer.lin_rows as i32,
+        kv_off: comp.kv_off as i32,
+        gate_off: comp.gate_off as i32,
+        dc: comp.dim as i32,
+        ratio: comp.ratio as i32,
+        overlap: i32::from(comp.overlap),
+        rdim: layer.cfg.qk_rope_head_dim as i32,
+        quant: c.quant(quant),
+        cap: cache.cap as i32,
+        eps: layer.cfg.rms_norm_eps,
+    };
+    // SAFETY: proj holds rows x lin_rows f32, the job table `count` jobs of slots < state slots and rows of
+    // this call; ape/norm/freqs are the layer's; state and cache are [slots, ...] of this compressor.
+    unsafe { c.ctx.launch_pf_compress_pool(s, jobs.count, &p) }?;
+    p.jobs = at(&ws.jobs, s, 0);
+    // SAFETY: as above; the table starts with the call's segments (slot, row0, pos0, len).
+    unsafe { c.ctx.launch_pf_compress_state(s, c.plan.segs.len(), &p) }?;
+    Ok(())
+}
+
+/// Indexer queries, scores of each row group against its visible keys, top-k into `ws.attn.sel`.
+fn indexer(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &AttnState,
+    ws: &mut PrefillWs,
+) -> Result<(), RunnerError> {
+    let (Some(ix), Some(keys)) = (&layer.index, &state.index) else {
+        return Ok(());
+    };
+    let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
+    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+    let p = AttnVecPrep {
+        x: dptr(&ws.attn.iq_f32, s),
+        freqs: dptr(&layer.freqs, s),
+        positions: c.meta(ws, META_POSITIONS, 0),
+        out: dptr_mut(&mut ws.attn.iq, s),
+        x_stride: (ih * id) as i32,
+        dim: id as i32,
+        rdim: cfg.qk_rope_head_dim as i32,
+        quant: c.quant(QUANT_HAD_Q4),
+        ..Default::default()
+    };
+    // SAFETY: iq_f32 / iq hold rows x ih x id; positions rows ints.
+    unsafe { c.ctx.launch_attn_vec_prep(s, ih, rows, &p) }?;
+    let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
+    for g in &c.plan.score_groups {
+        let sp = PfIndexScore {
+            q: dptr(&ws.attn.iq, s),
+            wts: at(&ws.attn.proj, s, ix.wts_off),
+            keys: dptr(&keys.cache, s),
+            slots: c.meta(ws, META_SLOTS, 0),
+            positions: c.meta(ws, META_POSITIONS, 0),
+            scores: dptr_mut(&mut ws.attn.scores, s),
+            wts_stride: layer.lin_rows as i32,
+            heads: ih as i32,
+            dim: id as i32,
+            cap,
+            ratio: ix.comp.ratio as i32,
+            k,
+            row_begin: g.begin as i32,
+            scale: ((id * ih) as f32).powf(-0.5),
+        };
+        // SAFETY: iq rows x ih x id; wts at column wts_off of proj (rows x lin_rows); keys [slots, cap, id];
+        // scores holds score_rows >= g.len rows of cap.
+        unsafe { c.ctx.launch_pf_index_score(s, g.splits, g.len, &sp) }?;
+        let tp = AttnIndexTopk {
+            scores: dptr(&ws.attn.scores, s),
+            slots: c.meta(ws, META_ROWID, 0),
+            positions: c.meta(ws, META_POSITIONS, g.begin),
+            sel: at_mut(&mut ws.attn.sel, s, g.begin * cfg.index_topk),
+            cap,
+            ratio: ix.comp.ratio as i32,
+            k,
+            pad: 0,
+        };
+        // SAFETY: row i of the group reads score row rowid[i] = i of `scores` (cap wide) and its position,
+        // and writes k ints of sel at row g.begin + i.
+        unsafe { c.ctx.launch_attn_index_topk(s, g.len, &tp) }?;
+    }
+    Ok(())
+}
+
+fn attend(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &AttnState,
+    ws: &mut PrefillWs,
+) -> Result<(), RunnerError> {
+    let (s, cfg) = (c.s, &layer.cfg);
+    let (comp, cap, ratio) = match (&state.comp, &layer.comp) {
+        (Some(cc), Some(l)) => (dptr(&cc.cache, s), cc.cap as i32, l.ratio as i32),
+        _ => (0, 0, 0),
+    };
+    let p = PfAttn {
+        q: dptr(&ws.attn.q, s),
+        kv: dptr(&ws.attn.kv, s),
+        ring: dptr(&state.ring, s),
+        comp,
+        sel: if layer.index.is_some() {
+            dptr(&ws.attn.sel, s)
+        } else {
+            0
+        },
+        slots: c.meta(ws, META_SLOTS, 0),
+        positions: c.meta(ws, META_POSITIONS, 0),
+        row0: c.meta(ws, META_ROW0, 0),
+        pos0: c.meta(ws, META_POS0, 0),
+        sink: dptr(&layer.sink, s),
+        freqs: dptr(&layer.freqs, s),
+        out: dptr_mut(&mut ws.attn.o, s),
+        heads: cfg.num_attention_heads as i32,
+        dim: cfg.head_dim as i32,
+        window: state.window as i32,
+        ratio,
+        cap,
+        k: cfg.index_topk as i32,
+        rdim: cfg.qk_rope_head_dim as i32,
+        groups: cfg.o_groups as i32,
+        rows: c.plan.rows as i32,
+        scale: (cfg.head_dim as f32).powf(-0.5),
+    };
+    // SAFETY: q rows x heads x dim, kv rows x dim, ring/comp the state's [slots, ...], sel rows x k (CSA), the
+    // per-row arrays rows ints, o rows x heads x dim bf16.
+    unsafe { c.ctx.launch_pf_attn(s, &p) }?;
+    Ok(())
+}
+
+/// The ring takes each sequence's last `window` rows (after the attention read the previous ones).
+fn ring_write(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    ws: &PrefillWs,
+) -> Result<(), RunnerError> {
+    let s = c.s;
+    let p = PfRing {
+        kv: dptr(&ws.attn.kv, s),
+        ring: dptr_mut(&mut state.ring, s),
+        slots: c.meta(ws, META_SLOTS, 0),
+        positions: c.meta(ws, META_POSITIONS, 0),
+        pos0: c.meta(ws, META_POS0, 0),
+        seglen: c.meta(ws, META_SEGLEN, 0),
+        dim: layer.cfg.head_dim as i32,
+        window: state.window as i32,
+    };
+    // SAFETY: kv rows x dim, ring [slots, window, dim] with the rows' slots < slots.
+    unsafe { c.ctx.launch_pf_ring_write(s, c.plan.rows, &p) }?;
+    Ok(())
+}
+
+/// wo_a per group (group-major input, no activation quant), regroup (+ FP8 act quant), wo_b.
+fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), RunnerError> {
+    let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
+    let g_in = cfg.num_attention_heads * cfg.head_dim / cfg.o_groups;
+    let lora = cfg.o_lora_rank;
+    let b = &mut ws.attn;
+    let (o, u) = (dptr(&b.o, s), dptr_mut(&mut b.u_f32, s));
+    let jobs: Vec<Job> = layer
+        .wo_a
+        .iter()
+        .enumerate()
+        .map(|(g, w)| {
+            let x = o + (2 * g * rows * g_in) as u64;
+            Job::new(s, x, &w.w, &w.scale, u + (4 * g * rows * lora) as u64, w.n)
+        })
+        .collect();
+    for chunk in jobs.chunks(dsv4_kernels::prefill::PF_GROUPS) {
+        gemm::dense(c.ctx, s, PfWeights::Fp8, rows, g_in, false, chunk)?;
+    }
+    let p = AttnRowPrep {
+        x: dptr(&b.u_f32, s),
+        out: dptr_mut(&mut b.u, s),
+        x_f32: 1,
+        groups: cfg.o_groups as i32,
+        rows: rows as i32,
+        width: lora as i32,
+        quant_blk: if c.official { ACT_BLOCK } else { 0 },
+        ..Default::default()
+    };
+    // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
+    unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
+    let job = Job::new(
+        s,
+        dptr(&b.u, s),
+        &layer.wo_b.w,
+        &layer.wo_b.scale,
+        dptr_mut(&mut ws.attn_out, s),
+        layer.wo_b.n,
+    );
+    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, layer.wo_b.k, true, &[job])
+}

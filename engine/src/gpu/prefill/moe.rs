@@ -1,0 +1,150 @@
+//! The MoE over every row of a prefill call (spec 2.8): gate GEMM, the decode routing kernel, slots grouped
+//! per expert into row tiles, the FP4 routed experts as grouped GEMMs (each expert's weights read once per
+//! tile), the FP8 shared expert. Leaves per-slot routed outputs and the shared output for the HCPost.
+
+use super::attn::Call;
+use super::gemm::{self, ExpertTiles, Job};
+use super::ws::{PrefillWs, EXPERT_MIN_BM};
+use super::PrefillHook;
+use crate::gpu::attention::{dptr, dptr_mut};
+use crate::gpu::weights::MoeDev;
+use crate::gpu::RunnerError;
+use crate::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::prefill::{PfGroup, PfWeights};
+use dsv4_kernels::{pf_max_tiles, RouteBy, RouteShape};
+
+/// Routed-expert row tile for `slots` slots over `experts`: the larger tile once experts average 96 rows (a
+/// tile converts its expert's weights however many of its rows are used; 32-row tiles measured slower).
+fn expert_bm(slots: usize, experts: usize) -> usize {
+    if slots >= 96 * experts.max(1) {
+        128
+    } else {
+        EXPERT_MIN_BM
+    }
+}
+
+pub(super) fn forward(
+    c: &Call<'_>,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut PrefillWs,
+    hook: PrefillHook<'_>,
+) -> Result<(), RunnerError> {
+    let (s, rows) = (c.s, c.plan.rows);
+    let (e, d, i, k) = (
+        cfg.n_routed_experts,
+        cfg.hidden_size,
+        cfg.moe_intermediate_size,
+        cfg.num_experts_per_tok,
+    );
+    let m = &mut ws.moe;
+    let gate = Job::bf16(s, dptr(&ws.a, s), &w.gate, dptr_mut(&mut m.gate, s), e);
+    gemm::dense(c.ctx, s, PfWeights::Bf16, rows, d, false, &[gate])?;
+    let shape = RouteShape {
+        rows,
+        experts: e,
+        topk: k,
+        route_scale: cfg.routed_scaling_factor,
+    };
+    let by: RouteBy<'_, CudaSlice<i32>, CudaSlice<f32>> = match &w.tid2eid {
+        Some(t) => RouteBy::Hash {
+            tid2eid: t,
+            tokens: &ws.tokens,
+        },
+        None => RouteBy::TopK {
+            bias: w.bias.as_ref(),
+        },
+    };
+    c.ctx
+        .launch_moe_route(s, &shape, &m.gate, by, &mut m.ids, &mut m.wts)?;
+    let slots = rows * k;
+    let bm = expert_bm(slots, e);
+    let gp = PfGroup {
+        ids: dptr(&m.ids, s),
+        order: dptr_mut(&mut m.order, s),
+        tiles: dptr_mut(&mut m.tiles, s),
+        slots: slots as i32,
+        experts: e as i32,
+        bm: bm as i32,
+        pad: 0,
+    };
+    // SAFETY: ids holds `slots` ids < E (moe_route), order `slots` ints, tiles was sized for the smallest
+    // tile (the most tiles) at the workspace's rows.
+    unsafe { c.ctx.launch_pf_moe_group(s, &gp) }?;
+    hook("moe.route")?;
+    let tiles = ExpertTiles {
+        tiles: dptr(&m.tiles, s),
+        order: dptr(&m.order, s),
+        bm,
+        max_tiles: pf_max_tiles(slots, e, bm),
+        topk: k,
+    };
+    // Official numerics: aq (the FP8 fake-quantised input) was written by the ffn HCPre.
+    let x = if c.official {
+        dptr(&ws.aq, s)
+    } else {
+        dptr(&ws.a, s)
+    };
+    let b = &*w.bank;
+    let up = [
+        Job::new(s, x, &b.w1, &b.s1, dptr_mut(&mut m.g, s), i),
+        Job::new(s, x, &b.w3, &b.s3, dptr_mut(&mut m.u, s), i),
+    ];
+    gemm::experts(c.ctx, s, &tiles, d, false, &up)?;
+    let lim = cfg.swiglu_limit;
+    c.ctx.launch_moe_swiglu(
+        s,
+        slots,
+        i,
+        lim,
+        c.official,
+        &m.g,
+        &m.u,
+        Some(&m.wts),
+        &mut m.h,
+    )?;
+    let down = Job::new(
+        s,
+        dptr(&m.h, s),
+        &b.w2,
+        &b.s2,
+        dptr_mut(&mut m.y_routed, s),
+        d,
+    );
+    gemm::experts(c.ctx, s, &tiles, i, true, &[down])?;
+    hook("moe.routed")?;
+    shared(c, cfg, w, ws, x)?;
+    hook("moe.shared")
+}
+
+fn shared(
+    c: &Call<'_>,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut PrefillWs,
+    x: u64,
+) -> Result<(), RunnerError> {
+    let (s, rows) = (c.s, c.plan.rows);
+    let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+    let m = &mut ws.moe;
+    let [w1, w3, w2] = &w.shared;
+    let up = [
+        Job::new(s, x, &w1.w, &w1.scale, dptr_mut(&mut m.sg, s), w1.out),
+        Job::new(s, x, &w3.w, &w3.scale, dptr_mut(&mut m.su, s), w3.out),
+    ];
+    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &up)?;
+    let none: Option<&CudaSlice<f32>> = None;
+    let lim = cfg.swiglu_limit;
+    c.ctx
+        .launch_moe_swiglu(s, rows, i, lim, c.official, &m.sg, &m.su, none, &mut m.sh)?;
+    let down = Job::new(
+        s,
+        dptr(&m.sh, s),
+        &w2.w,
+        &w2.scale,
+        dptr_mut(&mut m.y_shared, s),
+        w2.out,
+    );
+    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w2.inp, false, &[down])
+}

@@ -1,0 +1,196 @@
+//! Every buffer a prefill call touches, sized once for `max_tokens` rows (no allocation per call).
+
+use super::super::RunnerError;
+use crate::model::ModelConfig;
+use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use dsv4_kernels::{bf16, hc_workspace_len, pf_max_tiles, GpuContext, HC_MIX, HC_STREAMS};
+
+/// Per-row i32 arrays of a call, in this order, each `max_tokens` long (one upload per call).
+pub const META_ARRAYS: usize = 6;
+pub const META_SLOTS: usize = 0;
+pub const META_POSITIONS: usize = 1;
+pub const META_ROW0: usize = 2;
+pub const META_POS0: usize = 3;
+pub const META_SEGLEN: usize = 4;
+/// `r` in row r: the indexer top-k reads score row `rowid[r]` of the current row group.
+pub const META_ROWID: usize = 5;
+/// f32 budget of the indexer score rows (a long call is scored a group of rows at a time).
+const SCORE_BYTES: usize = 256 << 20;
+/// Row tiles of the routed-expert GEMM: the grouping is sized for the smaller tile (the most tiles).
+pub const EXPERT_MIN_BM: usize = 64;
+
+pub struct PrefillWs {
+    pub max_tokens: usize,
+    /// Token ids of the rows (embedding and hash routing).
+    pub tokens: CudaSlice<i32>,
+    /// `[META_ARRAYS, max_tokens]` i32 (see META_*).
+    pub meta: CudaSlice<i32>,
+    /// Segment table and compressor jobs, 4 ints each (see plan.rs).
+    pub jobs: CudaSlice<i32>,
+    /// Residual streams bf16 [rows, n, D], HCPre partials, mix [rows, 24], sub-block input and output.
+    pub x: CudaSlice<bf16>,
+    pub hc_ws: CudaSlice<f32>,
+    pub mix: CudaSlice<f32>,
+    pub a: CudaSlice<bf16>,
+    pub aq: CudaSlice<bf16>,
+    pub attn_out: CudaSlice<bf16>,
+    pub attn: AttnBufs,
+    pub moe: MoeBufs,
+}
+
+/// Attention intermediates (names as in the decode scratch).
+pub struct AttnBufs {
+    pub xq: CudaSlice<bf16>,
+    pub qr_f32: CudaSlice<f32>,
+    pub kv_f32: CudaSlice<f32>,
+    pub qr: CudaSlice<bf16>,
+    pub q_f32: CudaSlice<f32>,
+    pub q: CudaSlice<bf16>,
+    /// This call's window rows bf16 [rows, head_dim].
+    pub kv: CudaSlice<bf16>,
+    /// Stacked bf16 projections (compressors, weights_proj) f32 [rows, lin_max].
+    pub proj: CudaSlice<f32>,
+    pub iq_f32: CudaSlice<f32>,
+    pub iq: CudaSlice<bf16>,
+    pub sel: CudaSlice<i32>,
+    /// Indexer scores of one row group: [score_rows, cap].
+    pub scores: CudaSlice<f32>,
+    pub score_rows: usize,
+    /// Group-major attention output [groups, rows, heads·head_dim/groups].
+    pub o: CudaSlice<bf16>,
+    pub u_f32: CudaSlice<f32>,
+    pub u: CudaSlice<bf16>,
+}
+
+/// MoE intermediates; routed ones are per slot (row·topk + k).
+pub struct MoeBufs {
+    pub gate: CudaSlice<f32>,
+    pub ids: CudaSlice<i32>,
+    pub wts: CudaSlice<f32>,
+    pub order: CudaSlice<i32>,
+    pub tiles: CudaSlice<i32>,
+    pub g: CudaSlice<f32>,
+    pub u: CudaSlice<f32>,
+    pub h: CudaSlice<bf16>,
+    pub y_routed: CudaSlice<f32>,
+    pub sg: CudaSlice<f32>,
+    pub su: CudaSlice<f32>,
+    pub sh: CudaSlice<bf16>,
+    pub y_shared: CudaSlice<f32>,
+}
+
+fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+    ctx: &GpuContext,
+    len: usize,
+) -> Result<CudaSlice<T>, RunnerError> {
+    Ok(ctx.stream.alloc_zeros::<T>(len.max(1))?)
+}
+
+/// The widest stacked bf16 projection of any block (CSA: both compressors and weights_proj).
+pub fn lin_max(cfg: &ModelConfig) -> usize {
+    4 * cfg.head_dim + 4 * cfg.index_head_dim + cfg.index_n_heads
+}
+
+/// Indexer entries per sequence at `max_context` (the compressed caches' capacity).
+pub fn index_cap(max_context: usize) -> usize {
+    (max_context / crate::model::CSA_RATIO).max(1)
+}
+
+/// Ints of the job table for calls of up to `t` rows: the segment table, then per distinct compression ratio
+/// r one job per entry completed (at most t / r + one per segment).
+pub fn jobs_len(cfg: &ModelConfig, t: usize) -> usize {
+    let segs = crate::gpu::MAX_ROWS;
+    let jobs: usize = super::plan::ratios(cfg).iter().map(|&r| t / r + segs).sum();
+    4 * (segs + jobs)
+}
+
+impl PrefillWs {
+    pub fn new(
+        ctx: &GpuContext,
+        cfg: &ModelConfig,
+        max_tokens: usize,
+        max_context: usize,
+    ) -> Result<Self, RunnerError> {
+        let t = max_tokens.max(1);
+        let (d, hd) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim);
+        let cap = index_cap(max_context);
+        let score_rows = (SCORE_BYTES / (4 * cap)).clamp(1, t);
+        let lora = cfg.o_groups * cfg.o_lora_rank;
+        let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+        let attn = AttnBufs {
+            xq: zeros(ctx, t * d)?,
+            qr_f32: zeros(ctx, t * cfg.q_lora_rank)?,
+            kv_f32: zeros(ctx, t * cfg.head_dim)?,
+            qr: zeros(ctx, t * cfg.q_lora_rank)?,
+            q_f32: zeros(ctx, t * hd)?,
+            q: zeros(ctx, t * hd)?,
+            kv: zeros(ctx, t * cfg.head_dim)?,
+            proj: zeros(ctx, t * lin_max(cfg))?,
+            iq_f32: zeros(ctx, t * ih * id)?,
+            iq: zeros(ctx, t * ih * id)?,
+            sel: zeros(ctx, t * cfg.index_topk.max(1))?,
+            scores: zeros(ctx, score_rows * cap)?,
+            score_rows,
+            o: zeros(ctx, t * hd)?,
+            u_f32: zeros(ctx, t * lora)?,
+            u: zeros(ctx, t * lora)?,
+        };
+        let (e, k, i) = (
+            cfg.n_routed_experts,
+            cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size,
+        );
+        let slots = t * k;
+        let moe = MoeBufs {
+            gate: zeros(ctx, t * e)?,
+            ids: zeros(ctx, slots)?,
+            wts: zeros(ctx, slots)?,
+            order: zeros(ctx, slots)?,
+            tiles: zeros(ctx, 1 + 3 * pf_max_tiles(slots, e, EXPERT_MIN_BM))?,
+            g: zeros(ctx, slots * i)?,
+            u: zeros(ctx, slots * i)?,
+            h: zeros(ctx, slots * i)?,
+            y_routed: zeros(ctx, slots * d)?,
+            sg: zeros(ctx, t * i)?,
+            su: zeros(ctx, t * i)?,
+            sh: zeros(ctx, t * i)?,
+            y_shared: zeros(ctx, t * d)?,
+        };
+        Ok(PrefillWs {
+            max_tokens: t,
+            tokens: zeros(ctx, t)?,
+            meta: zeros(ctx, META_ARRAYS * t)?,
+            jobs: zeros(ctx, jobs_len(cfg, t))?,
+            x: zeros(ctx, t * HC_STREAMS * d)?,
+            hc_ws: zeros(ctx, hc_workspace_len(t, d))?,
+            mix: zeros(ctx, t * HC_MIX)?,
+            a: zeros(ctx, t * d)?,
+            aq: zeros(ctx, t * d)?,
+            attn_out: zeros(ctx, t * d)?,
+            attn,
+            moe,
+        })
+    }
+
+    /// Device bytes of a workspace for `max_tokens` rows (for memory planning), without allocating.
+    pub fn bytes_for(cfg: &ModelConfig, max_tokens: usize, max_context: usize) -> usize {
+        let t = max_tokens.max(1);
+        let (d, hd) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim);
+        let cap = index_cap(max_context);
+        let score_rows = (SCORE_BYTES / (4 * cap)).clamp(1, t);
+        let lora = cfg.o_groups * cfg.o_lora_rank;
+        let iq = cfg.index_n_heads * cfg.index_head_dim;
+        let (e, k, i) = (
+            cfg.n_routed_experts,
+            cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size,
+        );
+        let attn = t * (2 * d + 6 * cfg.q_lora_rank + 6 * cfg.head_dim + 6 * hd + 4 * lin_max(cfg))
+            + t * (6 * iq + 4 * cfg.index_topk + 6 * lora)
+            + 4 * score_rows * cap;
+        let moe = t * (4 * e + 12 * k) + t * k * (10 * i + 4 * d) + t * (10 * i + 4 * d);
+        let rest = t * (4 + 4 * META_ARRAYS + 2 * HC_STREAMS * d + 4 * HC_MIX + 6 * d)
+            + 4 * hc_workspace_len(t, d);
+        attn + moe + rest
+    }
+}

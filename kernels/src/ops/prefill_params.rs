@@ -1,0 +1,299 @@
+//! Parameter blocks of the batched-prefill kernels (`cuda/prefill_*.cu`), passed by value as one kernel
+//! argument. Each struct mirrors the C struct of the same name field by field (`#[repr(C)]`; device addresses
+//! as u64 first, then 4-byte fields, padded to a multiple of 8 bytes). The launchers in
+//! [`super::prefill_launch`] are `unsafe`: the caller vouches for every address (see each kernel's header).
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr};
+
+use crate::error::{KernelError, Result};
+
+/// Most groups of one dense prefill GEMM launch.
+pub const PF_GROUPS: usize = 8;
+/// Output columns per GEMM block.
+pub const PF_BN: usize = 128;
+/// Heads per block of `pf_attn_dX`.
+pub const PF_ATTN_HEADS: usize = 64;
+/// Index entries per tile of `pf_index_score_dX`.
+pub const PF_INDEX_TILE: usize = 64;
+/// Largest expert count of `pf_moe_group`.
+pub const PF_GROUP_MAX_EXPERTS: usize = 1024;
+
+/// Weight format of a prefill GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PfWeights {
+    Bf16,
+    /// e4m3 bytes with UE8M0 128x128 block scales.
+    Fp8,
+    /// Routed experts: e2m1 nibbles `[E, N, K/2]` with UE8M0 scales `[E, N, K/32]`, rows gathered per expert.
+    Fp4Expert,
+}
+
+impl PfWeights {
+    /// K must be a multiple of this (16-byte chunks wholly inside or outside K).
+    pub fn k_align(self) -> usize {
+        match self {
+            PfWeights::Bf16 => 8,
+            PfWeights::Fp8 => 16,
+            PfWeights::Fp4Expert => 32,
+        }
+    }
+}
+
+/// Dynamic shared memory of a GEMM block of `bm` rows (two stages of x and weight tiles, 144-byte rows).
+pub fn pf_gemm_smem(bm: usize) -> usize {
+    2 * (bm + PF_BN) * 72 * 2
+}
+
+/// Dynamic shared memory of `pf_attn_d{dim}`.
+pub fn pf_attn_smem(dim: usize) -> usize {
+    256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
+}
+
+/// Dynamic shared memory of `pf_index_score_d{dim}`.
+pub fn pf_index_smem(dim: usize) -> usize {
+    2 * 3 * 64 * (dim + 8) + 4 * 4 * PF_INDEX_TILE
+}
+
+/// The prefill kernels, resolved once with the module.
+#[derive(Debug, Clone)]
+pub struct PrefillKernels {
+    /// [bm 64, bm 128] per weight format.
+    pub gemm_bf16: [CudaFunction; 2],
+    pub gemm_fp8: [CudaFunction; 2],
+    pub gemm_fp4_expert: [CudaFunction; 2],
+    /// pf_attn_d{64, 128, 256, 512}.
+    pub attn: [CudaFunction; 4],
+    /// pf_index_score_d{64, 128}.
+    pub index_score: [CudaFunction; 2],
+    pub compress_pool: CudaFunction,
+    pub compress_state: CudaFunction,
+    pub ring_write: CudaFunction,
+    pub moe_group: CudaFunction,
+    /// Whether the device granted each attention instance its shared memory (a GPU with less shared
+    /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
+    pub attn_fits: [bool; 4],
+}
+
+impl PrefillKernels {
+    /// Whether every prefill kernel for head dim `dim` and indexer dim `index_dim` can run here.
+    pub fn supports(&self, dim: usize, index_dim: usize) -> bool {
+        let a = PF_ATTN_DIMS.iter().position(|&d| d == dim);
+        let i = PF_INDEX_DIMS.contains(&index_dim);
+        a.is_some_and(|a| self.attn_fits[a]) && i
+    }
+}
+
+/// Head dims of the attention kernel instances, in `PrefillKernels::attn` order.
+pub const PF_ATTN_DIMS: [usize; 4] = [64, 128, 256, 512];
+/// Head dims of the indexer kernel instances.
+pub const PF_INDEX_DIMS: [usize; 2] = [64, 128];
+
+fn opt_in(f: &CudaFunction, bytes: usize) -> Result<()> {
+    let b = i32::try_from(bytes).unwrap_or(i32::MAX);
+    f.set_attribute(
+        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        b,
+    )?;
+    Ok(())
+}
+
+/// Whether the device has `bytes` of shared memory per block for `f` (the attribute is refused above it).
+fn fits(f: &CudaFunction, bytes: usize) -> bool {
+    opt_in(f, bytes).is_ok()
+}
+
+impl PrefillKernels {
+    pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let get = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|source| KernelError::MissingKernel { name, source })
+        };
+        let pair = |a: &'static str, b: &'static str| -> Result<[CudaFunction; 2]> {
+            let f = [get(a)?, get(b)?];
+            opt_in(&f[0], pf_gemm_smem(64))?;
+            opt_in(&f[1], pf_gemm_smem(128))?;
+            Ok(f)
+        };
+        let attn = [
+            get("pf_attn_d64")?,
+            get("pf_attn_d128")?,
+            get("pf_attn_d256")?,
+            get("pf_attn_d512")?,
+        ];
+        let mut attn_fits = [false; 4];
+        for ((f, d), ok) in attn.iter().zip(PF_ATTN_DIMS).zip(attn_fits.iter_mut()) {
+            *ok = fits(f, pf_attn_smem(d));
+        }
+        let index_score = [get("pf_index_score_d64")?, get("pf_index_score_d128")?];
+        for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
+            opt_in(f, pf_index_smem(d))?;
+        }
+        Ok(PrefillKernels {
+            gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
+            gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,
+            gemm_fp4_expert: pair("pf_gemm_fp4_expert_m64", "pf_gemm_fp4_expert_m128")?,
+            attn,
+            index_score,
+            compress_pool: get("pf_compress_pool")?,
+            compress_state: get("pf_compress_state")?,
+            ring_write: get("pf_ring_write")?,
+            moe_group: get("pf_moe_group")?,
+            attn_fits,
+        })
+    }
+}
+
+/// `pf_gemm_*`: per group g, x[g] bf16 `[M, K]` (expert mode: rows gathered through `order`), w[g] (+ s[g]),
+/// out[g] `[M, n[g]]` f32 or bf16 (expert mode: `[slots, n]`, row = slot).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfGemm {
+    pub x: [u64; PF_GROUPS],
+    pub w: [u64; PF_GROUPS],
+    pub s: [u64; PF_GROUPS],
+    pub out: [u64; PF_GROUPS],
+    pub tiles: u64,
+    pub order: u64,
+    pub n: [i32; PF_GROUPS],
+    pub m: i32,
+    pub k: i32,
+    pub out_bf16: i32,
+    pub topk: i32,
+    pub x_per_slot: i32,
+    pub pad: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfAttn {
+    pub q: u64,
+    pub kv: u64,
+    pub ring: u64,
+    pub comp: u64,
+    pub sel: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub row0: u64,
+    pub pos0: u64,
+    pub sink: u64,
+    pub freqs: u64,
+    pub out: u64,
+    pub heads: i32,
+    pub dim: i32,
+    pub window: i32,
+    pub ratio: i32,
+    pub cap: i32,
+    pub k: i32,
+    pub rdim: i32,
+    pub groups: i32,
+    pub rows: i32,
+    pub scale: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfIndexScore {
+    pub q: u64,
+    pub wts: u64,
+    pub keys: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub scores: u64,
+    pub wts_stride: i32,
+    pub heads: i32,
+    pub dim: i32,
+    pub cap: i32,
+    pub ratio: i32,
+    pub k: i32,
+    pub row_begin: i32,
+    pub scale: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfCompress {
+    pub proj: u64,
+    pub ape: u64,
+    pub norm_w: u64,
+    pub freqs: u64,
+    /// Pool: `[jobs][4]` (slot, w, row0, pos0); state: `[segments][4]` (slot, row0, pos0, len).
+    pub jobs: u64,
+    pub state_kv: u64,
+    pub state_sc: u64,
+    pub cache: u64,
+    pub proj_stride: i32,
+    pub kv_off: i32,
+    pub gate_off: i32,
+    pub dc: i32,
+    pub ratio: i32,
+    pub overlap: i32,
+    pub rdim: i32,
+    pub quant: i32,
+    pub cap: i32,
+    pub eps: f32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfRing {
+    pub kv: u64,
+    pub ring: u64,
+    pub slots: u64,
+    pub positions: u64,
+    pub pos0: u64,
+    pub seglen: u64,
+    pub dim: i32,
+    pub window: i32,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfGroup {
+    pub ids: u64,
+    pub order: u64,
+    pub tiles: u64,
+    pub slots: i32,
+    pub experts: i32,
+    pub bm: i32,
+    pub pad: i32,
+}
+
+// SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct PfGemm in cuda/prefill_gemm.cu; no
+// references.
+unsafe impl DeviceRepr for PfGemm {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfAttn in cuda/prefill_attn.cu; no references.
+unsafe impl DeviceRepr for PfAttn {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfIndexScore in cuda/prefill_index.cu.
+unsafe impl DeviceRepr for PfIndexScore {}
+// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfCompress in cuda/prefill_state.cu.
+unsafe impl DeviceRepr for PfCompress {}
+// SAFETY: #[repr(C)] u64/i32 fields laid out as the C struct PfRing in cuda/prefill_state.cu.
+unsafe impl DeviceRepr for PfRing {}
+// SAFETY: #[repr(C)] u64/i32 fields laid out as the C struct PfGroup in cuda/prefill_state.cu.
+unsafe impl DeviceRepr for PfGroup {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_blocks_have_the_c_sizes() {
+        // 34 pointers + 14 ints; 12 + 10; 6 + 8; 8 + 10; 6 + 2; 3 + 4.
+        assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
+        assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
+        assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
+        assert_eq!(std::mem::size_of::<PfCompress>(), 8 * 8 + 10 * 4);
+        assert_eq!(std::mem::size_of::<PfRing>(), 6 * 8 + 2 * 4);
+        assert_eq!(std::mem::size_of::<PfGroup>(), 3 * 8 + 4 * 4);
+    }
+
+    #[test]
+    fn shared_memory_fits_one_block() {
+        assert!(pf_attn_smem(512) <= 227 * 1024);
+        assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
+        assert!(pf_index_smem(128) <= 227 * 1024);
+    }
+}
