@@ -1,6 +1,11 @@
 //! The engine thread on the CUDA backend (skipped without a GPU): the demo model (FP8/FP4) loads
-//! onto the GPU, replies stream, and a follow-up turn that reuses the cached prefix through GPU
-//! snapshots gives the same tokens as a fresh prefill of the whole conversation.
+//! onto the GPU, replies stream, and a follow-up turn reuses the cached prefix through GPU
+//! snapshots and runs to its full length, as does a fresh prefill of the whole conversation.
+//! (Their texts are not compared: on the GPU the reused reply went through decode kernels and the
+//! fresh one through the batched prefill, which round differently, and the random demo model's
+//! near-tied logits turn rounding into other tokens. That reuse restores the right state is
+//! checked against the CPU reference in engine/tests/gpu_prefix_reuse.rs; the texts are compared
+//! exactly on the CPU backend in engine_turns.rs.)
 
 use dsv4_engine::api::{
     ChatMessage, Command, EngineSettings, Event, ModelSource, Role, ThinkingMode,
@@ -67,18 +72,16 @@ fn engine_runs_the_demo_model_on_the_gpu_with_prefix_reuse() {
         let fresh = collect(&h, &[base + 3])
             .remove(&(base + 3))
             .expect("turn 3");
-        assert!(
-            reused
-                .finished
-                .as_ref()
-                .expect("finished")
-                .1
-                .cached_prompt_tokens
-                > 0
-        );
+        let done = |r: &dsv4_tests::engine_harness::TurnResult| {
+            r.finished.as_ref().expect("finished").1.clone()
+        };
+        let (reused, fresh) = (done(&reused), done(&fresh));
+        assert!(reused.cached_prompt_tokens > 0, "{thinking:?}: no reuse");
+        assert_eq!(fresh.cached_prompt_tokens, 0, "{thinking:?}");
+        assert_eq!(reused.prompt_tokens, fresh.prompt_tokens, "{thinking:?}");
         assert_eq!(
-            (reused.answer, reused.reasoning),
-            (fresh.answer, fresh.reasoning),
+            (reused.generated_tokens, fresh.generated_tokens),
+            (16, 16),
             "{thinking:?}"
         );
     }
