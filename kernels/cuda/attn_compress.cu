@@ -30,6 +30,8 @@ struct AttnCompress {
 };
 
 extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompress p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];

@@ -28,6 +28,8 @@ struct AttnIndexScore {
 };
 
 extern "C" __global__ void __launch_bounds__(256) attn_index_score(AttnIndexScore p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float qs[64 * 129];
     __shared__ float ks[8][128];
     __shared__ float ws[64];
@@ -96,6 +98,8 @@ __device__ __forceinline__ int attn_block_scan(bool flag, int* sh, int* total) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ int hist[256];
     __shared__ int sh[33];
     __shared__ u32 chosen[2];

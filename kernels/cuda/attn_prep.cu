@@ -27,6 +27,8 @@ struct AttnRowPrep {
 };
 
 extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float v[8192];
     __shared__ float red[33];
     const int r = blockIdx.x, n = p.groups * p.width;
@@ -66,6 +68,8 @@ struct AttnVecPrep {
 };
 
 extern "C" __global__ void __launch_bounds__(128) attn_vec_prep(AttnVecPrep p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];

@@ -43,6 +43,8 @@ __device__ __forceinline__ const u16* attn_key_ptr(const AttnSparse& p, int row,
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_sparse_partial(AttnSparse p) {
+    pdl_trigger();
+    pdl_wait();
     extern __shared__ u32 smem[];
     const int split = blockIdx.x, hg = blockIdx.y, row = blockIdx.z, splits = gridDim.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -157,6 +159,8 @@ struct AttnMerge {
 };
 
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float v[512];
     __shared__ float wgt[64];
     __shared__ float inv_den;

@@ -258,6 +258,8 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
         int x_per_slot, int out_bf16, int kw) {                                                            \
         __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                               \
         __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                              \
+        pdl_trigger();                                                                                     \
+        pdl_wait();                                                                                        \
         if ((K & 127) == 0)                                                                                \
             fp4_expert_body<MT, true>(FP4_ARGS);                                                           \
         else                                                                                               \
@@ -271,6 +273,8 @@ FP4_EXPERT_KERNEL(2, 7)
 // meta = [num_groups, group_expert[S], group_start[S+1], slots[S]].
 extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
                                                              i32* __restrict__ meta) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ int cnt[1024], start[1024], gidx[1024];
     __shared__ int totals[2];
     __shared__ int sid[2048];  // the ids, when they fit: the rank loop below re-reads them S times

@@ -35,6 +35,8 @@
 extern "C" __global__ void __launch_bounds__(256) embed_streams(const i32* __restrict__ ids,
                                                                 const u16* __restrict__ table,
                                                                 u16* __restrict__ X, int D) {
+    pdl_trigger();
+    pdl_wait();
     const int r = blockIdx.x;
     const u64 id = (u64)ids[r];
     const uint4* src = (const uint4*)(table + id * (u64)D);
@@ -87,10 +89,14 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
 
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial24(const u16* X, const float* fn, float* ws,
                                                                    int rows, int nd) {
+    pdl_trigger();
+    pdl_wait();
     mhc_mix_partial_body<24>(X, fn, ws, rows, nd);
 }
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial4(const u16* X, const float* fn, float* ws,
                                                                   int rows, int nd) {
+    pdl_trigger();
+    pdl_wait();
     mhc_mix_partial_body<4>(X, fn, ws, rows, nd);
 }
 
@@ -223,12 +229,16 @@ extern "C" __global__ void __launch_bounds__(256) hc_finish24(const u16* X, cons
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
                                                               int iters, float* mix, u16* y, u16* yq) {
+    pdl_trigger();
+    pdl_wait();
     mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
 extern "C" __global__ void __launch_bounds__(256) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
                                                              int iters, float* mix, u16* y, u16* yq) {
+    pdl_trigger();
+    pdl_wait();
     mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
 
@@ -238,6 +248,8 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, c
                                                           const float* __restrict__ ys,
                                                           const float* __restrict__ ysh, int D, int topk,
                                                           int mode) {
+    pdl_trigger();
+    pdl_wait();
     const int row = blockIdx.x;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= D) return;

@@ -1,11 +1,12 @@
 //! Launchers of the attention kernels (`cuda/attn_*.cu`). They check the dimension limits of each kernel;
 //! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
-use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
 
 use super::attn_params::*;
 use super::grid;
-use crate::context::{nt_index, GpuContext};
+use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "attn";
 
@@ -17,21 +18,23 @@ fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> LaunchConfig {
     }
 }
 
-/// Launches `f` with the single by-value argument `p`.
-///
-/// # Safety
-/// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
-unsafe fn launch_one<P: DeviceRepr>(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    c: LaunchConfig,
-    p: &P,
-) -> Result<()> {
-    let mut l = stream.launch_builder(f);
-    l.arg(p);
-    // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
-    unsafe { l.launch(c) }?;
-    Ok(())
+impl GpuContext {
+    /// Launches `f` with the single by-value argument `p`.
+    ///
+    /// # Safety
+    /// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
+    unsafe fn launch_one<P: DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        c: LaunchConfig,
+        p: &P,
+    ) -> Result<()> {
+        let mut l = Args::new();
+        l.arg(p);
+        // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
+        unsafe { self.launch_k(stream, f, c, &mut l) }
+    }
 }
 
 fn pos_i32(what: &'static str, v: i32) -> Result<()> {
@@ -55,7 +58,7 @@ impl GpuContext {
             0,
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.row_prep, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.row_prep, c, p) }
     }
 
     /// # Safety
@@ -73,7 +76,7 @@ impl GpuContext {
         })?;
         let c = cfg((grid(NAME, nvec)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.vec_prep, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.vec_prep, c, p) }
     }
 
     /// # Safety
@@ -90,7 +93,7 @@ impl GpuContext {
         pos_i32("ratio", p.ratio)?;
         let c = cfg((grid(NAME, rows)?, 1, 1), 256, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.compress, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.compress, c, p) }
     }
 
     /// # Safety
@@ -111,7 +114,7 @@ impl GpuContext {
         })?;
         let c = cfg((grid(NAME, splits)?, grid(NAME, rows)?, 1), 256, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.index_score, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.index_score, c, p) }
     }
 
     /// # Safety
@@ -127,7 +130,7 @@ impl GpuContext {
         })?;
         let c = cfg((grid(NAME, rows)?, 1, 1), 1024, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.index_topk, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, p) }
     }
 
     /// # Safety
@@ -153,7 +156,7 @@ impl GpuContext {
             sparse_smem_bytes(d),
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.sparse_partial, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.sparse_partial, c, p) }
     }
 
     /// # Safety
@@ -180,62 +183,7 @@ impl GpuContext {
             0,
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
-    }
-
-    /// Grouped GEMV (attn_gemv.cu) over the first `groups` entries of `p`, `splits` K splits (see
-    /// [`gemv_splits`]); `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
-    ///
-    /// # Safety
-    /// For g < groups: `p.x[g]` holds `b*k` bf16, `p.w[g]` `n[g]*k` weights (+ `p.s[g]` the UE8M0 scales for
-    /// FP8), `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 / `cnt_len` zeroed u32.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_attn_gemv(
-        &self,
-        s: &CudaStream,
-        wt: GemvWeights,
-        groups: usize,
-        splits: usize,
-        p: &AttnGemv,
-        ws_len: usize,
-        cnt_len: usize,
-    ) -> Result<()> {
-        let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
-        let align = if wt == GemvWeights::Fp8 { 16 } else { 8 };
-        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
-            format!("gemv groups {groups}")
-        })?;
-        check(
-            NAME,
-            (1..=64).contains(&b) && k > 0 && k.is_multiple_of(align) && splits >= 1,
-            || format!("gemv B {b} K {k} splits {splits}"),
-        )?;
-        check(
-            NAME,
-            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
-            || format!("gemv n {:?} nmax {nmax}", &p.n[..groups]),
-        )?;
-        check(
-            NAME,
-            ws_len >= gemv_ws_len(groups, splits, b, nmax)
-                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
-            || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
-        )?;
-        let c = cfg(
-            (
-                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
-                grid(NAME, splits)?,
-                grid(NAME, groups)?,
-            ),
-            256,
-            0,
-        );
-        let f = match wt {
-            GemvWeights::Fp8 => &self.kernels.attn.fp8_gemv[nt_index(b)],
-            GemvWeights::Bf16 => &self.kernels.attn.bf16_gemv[nt_index(b)],
-        };
-        // SAFETY: caller's contract; shapes checked above.
-        unsafe { launch_one(s, f, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
     }
 
     /// # Safety
@@ -250,10 +198,10 @@ impl GpuContext {
         let blocks = n.div_ceil(256).clamp(1, 4096);
         let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
         let n64 = n as u64;
-        let mut l = s.launch_builder(&self.kernels.attn.fill_f32);
+        let mut l = Args::new();
         l.arg(&ptr).arg(&n64).arg(&value);
         // SAFETY: attn_fill_f32(p, n, value); the caller guarantees ptr holds n f32.
-        unsafe { l.launch(c) }?;
+        unsafe { self.launch_k(s, &self.kernels.attn.fill_f32, c, &mut l) }?;
         Ok(())
     }
 
@@ -273,10 +221,10 @@ impl GpuContext {
         let blocks = n.div_ceil(256).clamp(1, 8192);
         let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
         let n64 = n as u64;
-        let mut l = s.launch_builder(&self.kernels.attn.synth);
+        let mut l = Args::new();
         l.arg(&ptr).arg(&n64).arg(&kind).arg(&seed).arg(&amp);
         // SAFETY: attn_synth(p, n, kind, seed, amp); the caller guarantees ptr holds n elements of the kind.
-        unsafe { l.launch(c) }?;
+        unsafe { self.launch_k(s, &self.kernels.attn.synth, c, &mut l) }?;
         Ok(())
     }
 }

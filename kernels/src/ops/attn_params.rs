@@ -42,9 +42,6 @@ pub struct AttnKernels {
     pub index_topk: CudaFunction,
     pub sparse_partial: CudaFunction,
     pub sparse_merge: CudaFunction,
-    /// attn_fp8_gemv_nt{1,2,4,8} / attn_bf16_gemv_nt{1,2,4,8} (attn_gemv.cu): grouped, split-K in-kernel.
-    pub fp8_gemv: [CudaFunction; 4],
-    pub bf16_gemv: [CudaFunction; 4],
     pub fill_f32: CudaFunction,
     pub synth: CudaFunction,
 }
@@ -76,18 +73,6 @@ impl AttnKernels {
             index_topk: get("attn_index_topk")?,
             sparse_partial,
             sparse_merge: get("attn_sparse_merge")?,
-            fp8_gemv: [
-                get("attn_fp8_gemv_nt1")?,
-                get("attn_fp8_gemv_nt2")?,
-                get("attn_fp8_gemv_nt4")?,
-                get("attn_fp8_gemv_nt8")?,
-            ],
-            bf16_gemv: [
-                get("attn_bf16_gemv_nt1")?,
-                get("attn_bf16_gemv_nt2")?,
-                get("attn_bf16_gemv_nt4")?,
-                get("attn_bf16_gemv_nt8")?,
-            ],
             fill_f32: get("attn_fill_f32")?,
             synth: get("attn_synth")?,
         })
@@ -221,64 +206,6 @@ pub struct AttnMerge {
     pub rows: i32,
 }
 
-/// Most groups of one `attn_*_gemv` launch.
-pub const GEMV_GROUPS: usize = 8;
-/// Rows per block of `attn_*_gemv` (the split-K counters count blocks per row tile).
-pub const GEMV_ROW_TILE: usize = 32;
-
-/// Weight format of a grouped GEMV.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GemvWeights {
-    /// e4m3 bytes with UE8M0 128x128 block scales (128-wide K blocks).
-    Fp8,
-    /// bf16 (64-wide K chunks).
-    Bf16,
-}
-
-/// Split-K of a grouped GEMV with `tiles` row tiles in all (sum over groups) and inner dim `k`: about two
-/// blocks per SM, every warp keeping at least one K block. Independent of the batch size.
-pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
-    let kblock = match wt {
-        GemvWeights::Fp8 => 128,
-        GemvWeights::Bf16 => 64,
-    };
-    (2 * sms)
-        .div_ceil(tiles.max(1))
-        .clamp(1, k.div_ceil(kblock).div_ceil(8).max(1))
-}
-
-/// f32 workspace of a grouped GEMV (0 without split).
-pub fn gemv_ws_len(groups: usize, splits: usize, b: usize, nmax: usize) -> usize {
-    if splits > 1 {
-        groups * splits * b * nmax
-    } else {
-        0
-    }
-}
-
-/// Split-K arrival counters of a grouped GEMV (zeroed once; the kernel resets what it uses).
-pub fn gemv_cnt_len(groups: usize, nmax: usize) -> usize {
-    groups * nmax.div_ceil(GEMV_ROW_TILE)
-}
-
-/// Parameters of `attn_fp8_gemv_ntX` / `attn_bf16_gemv_ntX`: per group g < groups, x[g] bf16 [b, k],
-/// w[g] [n[g], k] (+ s[g] scales for FP8), out[g] [b, n[g]] f32 or bf16.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnGemv {
-    pub x: [u64; GEMV_GROUPS],
-    pub w: [u64; GEMV_GROUPS],
-    pub s: [u64; GEMV_GROUPS],
-    pub out: [u64; GEMV_GROUPS],
-    pub ws: u64,
-    pub cnt: u64,
-    pub n: [i32; GEMV_GROUPS],
-    pub b: i32,
-    pub k: i32,
-    pub nmax: i32,
-    pub out_bf16: i32,
-}
-
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnRowPrep in cuda/attn_*.cu; no references.
 unsafe impl DeviceRepr for AttnRowPrep {}
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnVecPrep in cuda/attn_*.cu; no references.
@@ -293,6 +220,3 @@ unsafe impl DeviceRepr for AttnIndexTopk {}
 unsafe impl DeviceRepr for AttnSparse {}
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnMerge in cuda/attn_*.cu; no references.
 unsafe impl DeviceRepr for AttnMerge {}
-// SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct AttnGemv in cuda/attn_gemv.cu; no
-// references.
-unsafe impl DeviceRepr for AttnGemv {}

@@ -15,6 +15,7 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{GemvWeights, GEMV_GROUPS};
 use std::cell::RefCell;
 
 /// FP8 activation-quant block of the official numerics.
