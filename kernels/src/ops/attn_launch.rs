@@ -109,10 +109,14 @@ impl GpuContext {
         check(NAME, h > 0 && h <= INDEX_MAX_HEADS, || {
             format!("index heads {h}")
         })?;
-        check(NAME, d > 0 && d <= INDEX_MAX_DIM, || {
-            format!("index dim {d}")
-        })?;
-        let c = cfg((grid(NAME, splits)?, grid(NAME, rows)?, 1), 256, 0);
+        check(
+            NAME,
+            d > 0 && d <= INDEX_MAX_DIM && d.is_multiple_of(32),
+            || format!("index dim {d}"),
+        )?;
+        // 4 warps of 16 entries per block: more blocks than cap / 64 would find no work.
+        let blocks = splits.min((p.cap.max(1) as usize).div_ceil(64)).max(1);
+        let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
         unsafe { self.launch_one(s, &self.kernels.attn.index_score, c, p) }
     }
@@ -152,7 +156,7 @@ impl GpuContext {
         let hg = (p.heads as usize).div_ceil(SPARSE_HEADS_PER_BLOCK);
         let c = cfg(
             (grid(NAME, splits)?, grid(NAME, hg)?, grid(NAME, rows)?),
-            256,
+            128,
             sparse_smem_bytes(d),
         );
         // SAFETY: caller's contract.
