@@ -17,8 +17,9 @@
 //   order-preserving u32 image of the f32 scores: up to 4 passes of 8 bits (256-bin shared histogram with
 //   warp-aggregated atomics; the bin holding the k-th largest found by a parallel suffix scan), stopping
 //   early once the chosen bin is taken whole; then one ordered pass where each thread owns a contiguous
-//   segment (two block scans: ties before the threshold, then output positions). Deterministic.
-//   Launch: grid rows, block 1024; k <= 1024.
+//   segment (two block scans: ties before the threshold, then output positions). Deterministic. The keys
+//   are staged once in dynamic shared memory when cap <= 24576 (96 KB, within sm_120's limit), else every
+//   pass reads the scores again (L2). Launch: grid rows, block 1024; k <= 1024.
 // Variants (H200, B1, eager with ~5 us launch gaps): v1 CUDA-core scoring (lane = head, f32 FMA) 15 us at
 //   pos 4095, 41 us at 65534; v1 top-k (serial 256-bin scans in one thread, two 3-barrier scans per 1024
 //   scores) 28 / 52 us. v2 (this): not yet measured.
@@ -108,7 +109,8 @@ struct AttnIndexTopk {
     const int* slots;
     const int* positions;
     int* sel;  // [rows, k]
-    int cap, ratio, k, pad;
+    int cap, ratio, k;
+    int staged;  // 1: the launcher gave cap u32 of dynamic shared memory for the keys
 };
 
 __device__ __forceinline__ u32 attn_order_key(float f) {
@@ -143,6 +145,7 @@ __device__ __forceinline__ int attn_block_scan(int v, int* sh, int* total) {
 }
 
 extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk p) {
+    extern __shared__ u32 keys_s[];  // [n] order keys when p.staged
     __shared__ int hist[256];
     __shared__ int sh[33];
     __shared__ u32 chosen[3];
@@ -157,6 +160,14 @@ extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk
         return;
     }
     const float* s = p.scores + (u64)p.slots[row] * p.cap;
+    // Every pass below reads all n keys: stage them once (coalesced, independent loads) when they fit.
+    const bool staged = p.staged != 0;
+    if (staged) {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n; i += blockDim.x) keys_s[i] = attn_order_key(__ldcg(s + i));
+        __syncthreads();
+    }
+    auto key = [&](int i) -> u32 { return staged ? keys_s[i] : attn_order_key(__ldcg(s + i)); };
     u32 prefix = 0, mask = 0;
     int remaining = p.k;
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -164,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk
         __syncthreads();
         for (int c = 0; c < n; c += blockDim.x) {
             const int i = c + threadIdx.x;
-            const u32 u = i < n ? attn_order_key(__ldcg(s + i)) : 0u;
+            const u32 u = i < n ? key(i) : 0u;
             const bool in = i < n && (u & mask) == prefix;
             const int bin = in ? (int)((u >> shift) & 255u) : -1 - lane;  // distinct dummies never match
             const u32 peers = __match_any_sync(0xffffffffu, bin);
@@ -207,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk
     const int i0 = min((int)threadIdx.x * seg, n), i1 = min(i0 + seg, n);
     int gt = 0, eq = 0;
     for (int i = i0; i < i1; ++i) {
-        const u32 u = attn_order_key(__ldcg(s + i)) & mask;
+        const u32 u = key(i) & mask;
         gt += u > prefix ? 1 : 0;
         eq += u == prefix ? 1 : 0;
     }
@@ -217,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk
     int at = attn_block_scan(gt + eq_take, sh, &take_total);
     int eq_seen = 0;
     for (int i = i0; i < i1; ++i) {
-        const u32 u = attn_order_key(__ldcg(s + i)) & mask;
+        const u32 u = key(i) & mask;
         const bool take = u > prefix || (u == prefix && eq_seen++ < eq_take);
         if (take) sel[at++] = i;
     }

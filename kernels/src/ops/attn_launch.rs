@@ -61,39 +61,67 @@ impl GpuContext {
         unsafe { self.launch_one(s, &self.kernels.attn.row_prep, c, p) }
     }
 
+    /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters).
+    ///
     /// # Safety
-    /// `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode) `rows` ints;
-    /// `p.out` the `[rows, nvec, dim]` output or the ring; `p.freqs` `rdim/2` f32.
+    /// For each job: `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode)
+    /// `rows` ints; `p.out` the `[rows, nvec, dim]` output or the ring; `p.freqs` `rdim/2` f32.
     pub unsafe fn launch_attn_vec_prep(
         &self,
         s: &CudaStream,
-        nvec: usize,
         rows: usize,
-        p: &AttnVecPrep,
+        jobs: &[(usize, AttnVecPrep)],
     ) -> Result<()> {
-        check(NAME, p.dim > 0 && p.dim as usize <= VEC_MAX, || {
-            format!("vec_prep dim {}", p.dim)
+        check(NAME, (1..=VEC_PREP_JOBS).contains(&jobs.len()), || {
+            format!("vec_prep jobs {}", jobs.len())
         })?;
-        let c = cfg((grid(NAME, nvec)?, grid(NAME, rows)?, 1), 128, 0);
+        let mut p = AttnVecPrepJobs {
+            njobs: jobs.len() as i32,
+            ..Default::default()
+        };
+        let mut blocks = 0;
+        for (j, (nvec, job)) in jobs.iter().enumerate() {
+            check(
+                NAME,
+                job.dim > 0 && job.dim as usize <= VEC_MAX && *nvec > 0,
+                || format!("vec_prep dim {} nvec {nvec}", job.dim),
+            )?;
+            p.job[j] = *job;
+            p.nvec[j] = i32::try_from(*nvec).unwrap_or(i32::MAX);
+            blocks += nvec;
+        }
+        let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.attn.vec_prep, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.vec_prep, c, &p) }
     }
 
+    /// Up to [`COMPRESS_JOBS`] compressors in one launch.
+    ///
     /// # Safety
-    /// Addresses as documented in attn_compress.cu for `rows` rows (distinct slots).
+    /// Addresses of every job as documented in attn_compress.cu for `rows` rows (distinct slots).
     pub unsafe fn launch_attn_compress(
         &self,
         s: &CudaStream,
         rows: usize,
-        p: &AttnCompress,
+        jobs: &[AttnCompress],
     ) -> Result<()> {
-        check(NAME, p.dc > 0 && p.dc as usize <= VEC_MAX, || {
-            format!("compress dc {}", p.dc)
+        check(NAME, (1..=COMPRESS_JOBS).contains(&jobs.len()), || {
+            format!("compress jobs {}", jobs.len())
         })?;
-        pos_i32("ratio", p.ratio)?;
-        let c = cfg((grid(NAME, rows)?, 1, 1), 256, 0);
+        let mut p = AttnCompressJobs {
+            njobs: jobs.len() as i32,
+            ..Default::default()
+        };
+        for (j, job) in jobs.iter().enumerate() {
+            check(NAME, job.dc > 0 && job.dc as usize <= VEC_MAX, || {
+                format!("compress dc {}", job.dc)
+            })?;
+            pos_i32("ratio", job.ratio)?;
+            p.job[j] = *job;
+        }
+        let c = cfg((grid(NAME, rows)?, grid(NAME, jobs.len())?, 1), 256, 0);
         // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.attn.compress, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.compress, c, &p) }
     }
 
     /// # Safety
@@ -132,9 +160,19 @@ impl GpuContext {
         check(NAME, p.k > 0 && p.k as usize <= TOPK_MAX, || {
             format!("topk {}", p.k)
         })?;
-        let c = cfg((grid(NAME, rows)?, 1, 1), 1024, 0);
-        // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, p) }
+        let cap = p.cap.max(0) as usize;
+        let staged = cap <= TOPK_STAGED_MAX;
+        let q = AttnIndexTopk {
+            staged: i32::from(staged),
+            ..*p
+        };
+        let c = cfg(
+            (grid(NAME, rows)?, 1, 1),
+            1024,
+            if staged { 4 * cap } else { 0 },
+        );
+        // SAFETY: caller's contract; the kernel stages at most cap keys in the shared memory given here.
+        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, &q) }
     }
 
     /// # Safety

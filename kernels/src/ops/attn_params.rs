@@ -27,6 +27,8 @@ pub const INDEX_MAX_HEADS: usize = 64;
 pub const INDEX_MAX_DIM: usize = 128;
 /// Largest top-k of `attn_index_topk`.
 pub const TOPK_MAX: usize = 1024;
+/// Most scores per row that `attn_index_topk` stages in shared memory (96 KB; sm_120 allows 99 KB).
+pub const TOPK_STAGED_MAX: usize = 24576;
 /// Largest split count of `attn_sparse_merge`.
 pub const SPLITS_MAX: usize = 64;
 /// Heads per block of `attn_sparse_partial`.
@@ -59,6 +61,12 @@ impl AttnKernels {
                 .load_function(name)
                 .map_err(|source| KernelError::MissingKernel { name, source })
         };
+        let index_topk = get("attn_index_topk")?;
+        let bytes = i32::try_from(4 * TOPK_STAGED_MAX).unwrap_or(i32::MAX);
+        index_topk.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )?;
         let sparse_partial = get("attn_sparse_partial")?;
         // 52.4 KB at dim 512: above the 48 KB default, so opt in once here.
         let bytes = i32::try_from(sparse_smem_bytes(VEC_MAX)).unwrap_or(i32::MAX);
@@ -71,7 +79,7 @@ impl AttnKernels {
             vec_prep: get("attn_vec_prep")?,
             compress: get("attn_compress")?,
             index_score: get("attn_index_score")?,
-            index_topk: get("attn_index_topk")?,
+            index_topk,
             sparse_partial,
             sparse_merge: get("attn_sparse_merge")?,
             fill_f32: get("attn_fill_f32")?,
@@ -110,6 +118,30 @@ pub struct AttnVecPrep {
     pub quant: i32,
     pub window: i32,
     pub eps: f32,
+    pub pad: i32,
+}
+
+/// Most jobs of one `attn_vec_prep` launch (q heads, the kv row, the indexer's q heads).
+pub const VEC_PREP_JOBS: usize = 3;
+
+/// The kernel parameter of `attn_vec_prep`: jobs 0..njobs, each over `nvec[j]` vectors.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttnVecPrepJobs {
+    pub job: [AttnVecPrep; VEC_PREP_JOBS],
+    pub nvec: [i32; VEC_PREP_JOBS],
+    pub njobs: i32,
+}
+
+/// Most jobs of one `attn_compress` launch (the attention's and the indexer's compressor).
+pub const COMPRESS_JOBS: usize = 2;
+
+/// The kernel parameter of `attn_compress`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttnCompressJobs {
+    pub job: [AttnCompress; COMPRESS_JOBS],
+    pub njobs: i32,
     pub pad: i32,
 }
 
@@ -166,7 +198,8 @@ pub struct AttnIndexTopk {
     pub cap: i32,
     pub ratio: i32,
     pub k: i32,
-    pub pad: i32,
+    /// Set by the launcher (whether the keys fit in shared memory); callers leave it 0.
+    pub staged: i32,
 }
 
 #[repr(C)]
@@ -221,3 +254,8 @@ unsafe impl DeviceRepr for AttnIndexTopk {}
 unsafe impl DeviceRepr for AttnSparse {}
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnMerge in cuda/attn_*.cu; no references.
 unsafe impl DeviceRepr for AttnMerge {}
+// SAFETY: #[repr(C)] arrays of the structs above and i32s, laid out as the C struct AttnVecPrepJobs; no
+// references.
+unsafe impl DeviceRepr for AttnVecPrepJobs {}
+// SAFETY: #[repr(C)] array of AttnCompress and i32s, laid out as the C struct AttnCompressJobs.
+unsafe impl DeviceRepr for AttnCompressJobs {}

@@ -15,6 +15,8 @@ pub const HC_STREAMS: usize = 4;
 pub const HC_MIX: usize = 24;
 /// Columns of the flat stream vector per partial-sum block (cuda MHC_CHUNK).
 const CHUNK: usize = 128;
+/// Widest row hc_finish keeps in shared memory (cuda MHC_MAX_D).
+const FINISH_MAX_D: usize = 8192;
 
 /// One HCPre (block mixer, `head == false`) or HCHead (`head == true`) plus RMSNorm.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,9 @@ impl GpuContext {
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
         let di = check_d(d)?;
+        check(NAME, d <= FINISH_MAX_D, || {
+            format!("hc_pre: D = {d} above {FINISH_MAX_D}")
+        })?;
         let nd = HC_STREAMS * d;
         let ok = rows > 0
             && x.len() >= rows * nd
@@ -146,7 +151,7 @@ impl GpuContext {
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, rows)?, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (288, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
