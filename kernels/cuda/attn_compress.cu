@@ -35,7 +35,7 @@ struct AttnCompressJobs {
     int njobs, pad;
 };
 
-__device__ __forceinline__ void attn_compress_one(const AttnCompress& p, int row) {
+__device__ __forceinline__ void attn_compress_one(const AttnCompress p, int row) {
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];
@@ -90,5 +90,9 @@ __device__ __forceinline__ void attn_compress_one(const AttnCompress& p, int row
 extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompressJobs p) {
     pdl_trigger();
     pdl_wait();
-    attn_compress_one(p.job[blockIdx.y], blockIdx.x);
+    // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
+    if (blockIdx.y == 0)
+        attn_compress_one(p.job[0], blockIdx.x);
+    else
+        attn_compress_one(p.job[1], blockIdx.x);
 }

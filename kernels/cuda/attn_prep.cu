@@ -76,7 +76,7 @@ struct AttnVecPrepJobs {
     int njobs;
 };
 
-__device__ __forceinline__ void attn_vec_prep_one(const AttnVecPrep& p, int vec, int nvec, int row) {
+__device__ __forceinline__ void attn_vec_prep_one(const AttnVecPrep p, int vec, int nvec, int row) {
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];
@@ -100,7 +100,12 @@ __device__ __forceinline__ void attn_vec_prep_one(const AttnVecPrep& p, int vec,
 extern "C" __global__ void __launch_bounds__(128) attn_vec_prep(AttnVecPrepJobs p) {
     pdl_trigger();
     pdl_wait();
-    int vec = blockIdx.x, j = 0;
-    while (j + 1 < p.njobs && vec >= p.nvec[j]) vec -= p.nvec[j++];
-    attn_vec_prep_one(p.job[j], vec, p.nvec[j], blockIdx.y);
+    // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
+    const int v = blockIdx.x, row = blockIdx.y;
+    if (v < p.nvec[0] || p.njobs == 1)
+        attn_vec_prep_one(p.job[0], v, p.nvec[0], row);
+    else if (v < p.nvec[0] + p.nvec[1] || p.njobs == 2)
+        attn_vec_prep_one(p.job[1], v - p.nvec[0], p.nvec[1], row);
+    else
+        attn_vec_prep_one(p.job[2], v - p.nvec[0] - p.nvec[1], p.nvec[2], row);
 }

@@ -288,7 +288,8 @@ FP4_EXPERT_KERNEL(1, 8)
 FP4_EXPERT_KERNEL(2, 7)
 #undef FP4_ARGS
 
-// Groups the S = B*topk slots by expert (one block of 1024 threads). Ids outside [0, E) are dropped.
+// Groups the S = B*topk slots by expert (one block; every loop strides by blockDim, the launcher uses 256
+// threads). Ids outside [0, E) are dropped.
 // meta = [num_groups, group_expert[S], group_start[S+1], slots[S]].
 extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
                                                              i32* __restrict__ meta) {

@@ -14,6 +14,26 @@ const SHAPES: [(usize, usize, usize); 7] = [
     (33, 1000, 1024),
 ];
 
+/// Worst error relative to the bound 1e-5 * sum|x*w| (f32 accumulation error grows with it; 1e-5 is ~100
+/// f32 ulps) plus half an ulp of the value for a bf16 output (2^-9 relative); panics above 1.
+fn assert_within(what: &str, got: &[f32], want: &[f32], mag: &[f32], bf16_out: bool) -> f32 {
+    let (worst, at) = worst_ratio(got, want, |i| {
+        let rnd = if bf16_out {
+            want[i].abs() * 2f32.powi(-8)
+        } else {
+            0.0
+        };
+        1e-5 * mag[i] + rnd + 1e-30
+    });
+    assert!(
+        worst <= 1.0,
+        "{what}: element {at} got {} want {}",
+        got[at],
+        want[at]
+    );
+    worst
+}
+
 fn run_case(
     g: &dsv4_kernels::GpuContext,
     seed: u64,
@@ -56,8 +76,7 @@ fn run_case(
         .expect("launch");
         download(g, &y)
     };
-    // Bound: f32 accumulation error grows with sum |x*w| (1e-5 of it is ~100 f32 ulps); a bf16 output adds
-    // half an ulp of the value (2^-9 relative).
+    // The scale of the f32 accumulation error: sum |x*w|.
     let absum: Vec<f32> = (0..b * n)
         .map(|i| {
             let (bi, row) = (i / n, i % n);
@@ -70,24 +89,14 @@ fn run_case(
                 .sum()
         })
         .collect();
-    let (worst, at) = worst_ratio(&got, &want, |i| {
-        let rnd = if bf16_out {
-            want[i].abs() * 2f32.powi(-8)
-        } else {
-            0.0
-        };
-        1e-5 * absum[i] + rnd + 1e-30
-    });
-    println!(
-        "fp8_gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
-        plan.splits,
-        rel_l2(&got, &want)
+    let what = format!(
+        "fp8 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+        plan.splits
     );
-    assert!(
-        worst <= 1.0,
-        "b={b} n={n} k={k}: element {at} got {} want {}",
-        got[at],
-        want[at]
+    let worst = assert_within(&what, &got, &want, &absum, bf16_out);
+    println!(
+        "{what}: rel_l2 {:.2e}, worst/bound {worst:.3}",
+        rel_l2(&got, &want)
     );
     let cnt = download(g, &ws.cnt);
     assert!(
@@ -157,24 +166,12 @@ fn bf16_gemv_matches_reference() {
                 mag[bi * n + row] = m as f32;
             }
         }
-        let (worst, at) = worst_ratio(&got, &want, |i| {
-            let rnd = if bf16_out {
-                want[i].abs() * 2f32.powi(-8)
-            } else {
-                0.0
-            };
-            1e-5 * mag[i] + rnd + 1e-30
-        });
-        println!(
-            "bf16 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}: worst/bound {worst:.3}",
+        let what = format!(
+            "bf16 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
             plan.splits
         );
-        assert!(
-            worst <= 1.0,
-            "b={b} n={n} k={k}: element {at} got {} want {}",
-            got[at],
-            want[at]
-        );
+        let worst = assert_within(&what, &got, &want, &mag, bf16_out);
+        println!("{what}: worst/bound {worst:.3}");
         assert!(download(g, &ws.cnt).iter().all(|&c| c == 0));
     }
 }
