@@ -14,6 +14,11 @@
 //! wq_b(+indexer) 20, bf16 lin 14, wo_a 20, wo_b 17; attention 33 + merge 31, index score 15 + topk 28,
 //! compressors 13 + 9, q/kv prep 13. Next: attention/merge and the indexer top-k (pos 65534: score 41, topk
 //! 52), the HCA compressor on its pooling step (28), then the fp8 GEMV body's bandwidth (wq_b at ~55%).
+//! decode-perf (graph us/step): SWA B1 117 -> 83, B8 122 -> 88, B64 328 -> 314; CSA B1 206 -> 123 (pos 4095),
+//! 242 -> 141 (pos 65534), B8 274 -> 151, B64 945 -> 542; HCA (pooling step) B1 150 -> 130, B8 157 -> 136,
+//! B64 443 -> 429. Tensor-core sparse attention + parallel merge (B1 CSA eager: 16 + 11 us), tensor-core
+//! indexer scores (8 / 9 us), faster top-k (9 us at 4K, 34 at 64K), one launch for q / kv / indexer-q prep
+//! and one for both compressors, split-K reduced inside every GEMV.
 use dsv4_engine::api::Numerics;
 use dsv4_engine::gpu::attention::{
     decode, decode_profiled, AttnLayer, AttnScratch, AttnState, StepMeta,

@@ -1,11 +1,14 @@
 //! The attention block's kernels at shapes the tiny model never reaches (its K is 32..64, so nothing splits):
-//! the grouped FP8 GEMV with in-kernel split-K against the two-launch `fp8_gemv` (bit-exact), the tensor-core
+//! the grouped FP8 GEMV with in-kernel split-K against single-matrix launches (bit-exact), the tensor-core
 //! bf16 GEMV against f64 on the CPU, and `attn_row_prep` cut into pieces against the CPU fake quant.
 //! Skips without a GPU.
 use dsv4_engine::reference::quant::fake_quant_fp8;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
-use dsv4_kernels::{bf16, GemvOut, Gpu, GpuContext};
+use dsv4_kernels::{
+    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvScratch, GemvWeights,
+    Gpu, GpuContext,
+};
 
 fn gpu() -> Option<GpuContext> {
     match Gpu::probe() {
@@ -30,7 +33,7 @@ fn addr_mut<T>(ctx: &GpuContext, b: &mut CudaSlice<T>) -> u64 {
     b.device_ptr_mut(&ctx.stream).0
 }
 
-/// Grouped FP8 GEMV (3 groups of different N) == per-group fp8_gemv (+ its reduce launch), bit for bit.
+/// Grouped FP8 GEMV (3 groups of different N) == each group launched alone with the same split, bit for bit.
 #[test]
 fn grouped_fp8_gemv_matches_fp8_gemv() {
     let Some(ctx) = gpu() else { return };
@@ -41,19 +44,20 @@ fn grouped_fp8_gemv_matches_fp8_gemv() {
     for b in [1usize, 5, 64] {
         let x: Vec<bf16> = (0..b * k).map(|i| bf16::from_f32(rnd(i, 1))).collect();
         let xd = s.clone_htod(&x).expect("x");
-        let mut p = AttnGemv {
+        let mut p = GemvParams {
             b: b as i32,
             k: k as i32,
             nmax: 1024,
             ..Default::default()
         };
-        let mut ws_ref = s.alloc_zeros::<f32>(64 * 64 * 1024).expect("ws");
+        let mut ws_ref = GemvScratch::new(s, 64 * 64 * 1024, 64).expect("ws");
         let (mut ws, mut cnt) = (
             s.alloc_zeros::<f32>(64 * 64 * 1024).expect("ws"),
             s.alloc_zeros::<u32>(3 * 32).expect("cnt"),
         );
         let mut keep = Vec::new();
         let mut refs = Vec::new();
+        let mut splits_alone = Vec::new();
         for (g, &n) in ns.iter().enumerate() {
             let w: Vec<u8> = (0..n * k)
                 .map(|i| {
@@ -66,17 +70,18 @@ fn grouped_fp8_gemv_matches_fp8_gemv() {
                 .collect();
             let (wd, sd) = (s.clone_htod(&w).expect("w"), s.clone_htod(&sc).expect("s"));
             let mut want = s.alloc_zeros::<f32>(b * n).expect("want");
-            let plan = ctx.fp8_gemv_plan(b, n, k).expect("plan");
-            ctx.launch_fp8_gemv(
+            let plan = ctx.gemv_plan(GemvWeights::Fp8, b, n, k).expect("plan");
+            splits_alone.push(plan.splits);
+            ctx.launch_gemv_fp8(
                 s,
                 &plan,
                 &xd,
                 &wd,
                 &sd,
                 GemvOut::f32(&mut want, s),
-                Some(&mut ws_ref),
+                &mut ws_ref,
             )
-            .expect("fp8_gemv");
+            .expect("single gemv");
             let mut got = s.alloc_zeros::<f32>(b * n).expect("got");
             (p.x[g], p.w[g], p.s[g], p.out[g]) = (
                 addr(&ctx, &xd),
@@ -91,13 +96,18 @@ fn grouped_fp8_gemv_matches_fp8_gemv() {
         let tiles = ns.iter().map(|n| n.div_ceil(32)).sum();
         let splits = gemv_splits(sms, tiles, k, GemvWeights::Fp8);
         assert!(splits > 1, "the test must exercise split-K");
+        // Same split count alone and grouped: the same summation order, so the same bits.
+        assert!(
+            splits_alone.iter().all(|&a| a == splits),
+            "{splits_alone:?} vs {splits}"
+        );
         p.ws = addr_mut(&ctx, &mut ws);
         p.cnt = addr_mut(&ctx, &mut cnt);
         for _ in 0..2 {
             // Twice: the second launch relies on the counters the first one reset.
             // SAFETY: every group's buffers were allocated above with the shapes in p; ws/cnt lengths passed.
             unsafe {
-                ctx.launch_attn_gemv(s, GemvWeights::Fp8, 3, splits, &p, ws.len(), cnt.len())
+                ctx.launch_gemv_grouped(s, GemvWeights::Fp8, 3, splits, &p, ws.len(), cnt.len())
             }
             .expect("grouped");
         }
@@ -133,7 +143,7 @@ fn bf16_gemv_matches_cpu() {
                 .alloc_zeros::<f32>(gemv_ws_len(1, splits, b, n).max(1))
                 .expect("ws");
             let mut cnt = s.alloc_zeros::<u32>(gemv_cnt_len(1, n)).expect("cnt");
-            let mut p = AttnGemv {
+            let mut p = GemvParams {
                 b: b as i32,
                 k: k as i32,
                 nmax: n as i32,
@@ -149,7 +159,7 @@ fn bf16_gemv_matches_cpu() {
             );
             // SAFETY: x b*k, w n*k bf16, y b*n f32, ws/cnt sized by the same functions the launcher checks.
             unsafe {
-                ctx.launch_attn_gemv(s, GemvWeights::Bf16, 1, splits, &p, ws.len(), cnt.len())
+                ctx.launch_gemv_grouped(s, GemvWeights::Bf16, 1, splits, &p, ws.len(), cnt.len())
             }
             .expect("bf16 gemv");
             let got = s.clone_dtoh(&y).expect("dtoh");

@@ -83,7 +83,7 @@ fn quantizers_are_bit_exact() {
         ..Default::default()
     };
     // SAFETY: q4_in holds 10 x 128 f32, out 10 x 128 bf16, positions 10 ints; rdim 0 reads no frequency.
-    unsafe { ctx.launch_attn_vec_prep(s, 1, 10, &p) }.expect("launch");
+    unsafe { ctx.launch_attn_vec_prep(s, 10, &[(1, p)]) }.expect("launch");
     let got = s.clone_dtoh(&out).expect("dtoh");
     let bad = differing(&got, &f32s(&st, "had_q4_block32"));
     println!("had_q4_block32: {bad} of 1280 elements differ");

@@ -11,7 +11,8 @@
 //   overlap the current rows then become the previous ones. All pooling math is f32.
 // Layout: proj f32 [rows, proj_stride]; ape f32 [m, width]; state_kv / state_sc f32 [slots, srows, width],
 //   srows = ovl*m; cache bf16 [slots, cap, dc] (entries >= cap are dropped).
-// Launch: grid rows, block 256; dc <= 512. Rows must be distinct slots (one token per sequence per step).
+// Launch: grid (rows, jobs), block 256; dc <= 512. Rows must be distinct slots (one token per sequence per
+//   step). Up to 2 jobs (the attention's compressor and the indexer's) share one launch (blockIdx.y).
 // Variants tried: none (one block per row; the pooling reads at most 2*m*dc floats once per window).
 #include "common.cuh"
 
@@ -29,11 +30,16 @@ struct AttnCompress {
     float eps;
 };
 
-extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompress p) {
+struct AttnCompressJobs {
+    AttnCompress job[2];
+    int njobs, pad;
+};
+
+__device__ __forceinline__ void attn_compress_one(const AttnCompress p, int row) {
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];
-    const int row = blockIdx.x, m = p.ratio;
+    const int m = p.ratio;
     const int ovl = p.overlap ? 2 : 1, width = ovl * p.dc, srows = ovl * m;
     const int pos = p.positions[row], slot = p.slots[row], j = pos % m;
     float* skv = p.state_kv + (u64)slot * srows * width;
@@ -79,4 +85,14 @@ extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompress p) 
             ssc[i] = ssc[(u64)m * width + i];
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompressJobs p) {
+    pdl_trigger();
+    pdl_wait();
+    // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
+    if (blockIdx.y == 0)
+        attn_compress_one(p.job[0], blockIdx.x);
+    else
+        attn_compress_one(p.job[1], blockIdx.x);
 }

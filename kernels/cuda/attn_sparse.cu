@@ -4,22 +4,32 @@
 //   min(pos + 1, window) (the ring holds exactly positions pos-window+1..pos once full, and 0..pos before),
 //   then the compressed entries: HCA (sel == null): w = 0..n-1, n = (pos + 1) / ratio; CSA: sel[row, 0..c),
 //   c = min(n, k); SWA (ratio 0): none.
-// attn_sparse_partial: block (split, head group of 16, row) takes keys [split*chunk, (split+1)*chunk), chunk =
-//   ceil(nkeys / splits), in tiles of 32 staged in shared memory as bf16 pairs (row stride dim/2 + 1 words:
-//   conflict-free when lane = key). Warp w owns heads 2w, 2w+1: scores with lane = key (f32 accumulation of
-//   bf16 products, times scale), online softmax per head with warp shuffles, then P.V with lane = channel pair
-//   (f32, unnormalised). Writes per (row, split, head) the max m, the sum l and the unnormalised output.
-//   Launch: grid (splits, ceil(heads/16), rows), block 256, dynamic shared (16*dim/2 + 32*(dim/2+1)) words
-//   (49.3 KB at dim 512: the launcher raises the opt-in limit). dim % 64 == 0, dim <= 512.
+// attn_sparse_partial: block (split, head group of 16, row), 4 warps, takes keys [split*chunk, +chunk) (chunk =
+//   ceil(nkeys / splits) rounded up to whole 32-key tiles) in tiles of 32 keys staged in shared memory. On
+//   tensor cores (mma.sync m16n8k16 bf16, sm_80+, portable to sm_120): the 16 heads are the m16 rows.
+//   Per tile: S = Q K^T with warp w owning keys 8w..8w+7 (f32 accumulation of exact bf16 products, like
+//   the CPU's f32 dot products); an online softmax per head (warp w: heads 4w..4w+3, lane = key, f32 expf);
+//   O += P V with warp w owning dims [w dim/4, (w+1) dim/4) and V fragments read by ldmatrix.trans. P is
+//   split into bf16 hi + lo parts (two mma each) so P V keeps ~16 mantissa bits of P instead of bf16's 8.
+//   Writes per (row, split, head) the max m, the sum l and the unnormalised output (empty split: m = -inf,
+//   no output). Shared rows are dim/2 + 4 words (bank offset 4 per row: the fragment loads are
+//   conflict-free, ldmatrix rows 16-byte aligned).
+//   Launch: grid (splits, ceil(heads/16), rows), block 128, dynamic shared sparse_smem_bytes(dim) (52.4 KB
+//   at dim 512: the launcher raises the opt-in limit). dim % 64 == 0, dim <= 512.
 // attn_sparse_merge: per (head, row): M = max(sink, m_s), den = exp(sink - M) + sum_s l_s exp(m_s - M),
 //   o = sum_s o_s exp(m_s - M) / den; inverse RoPE at pos on the last rdim channels; bf16 store in group-major
 //   layout out[g, row, (h mod hpg)*dim + c] (g = h / hpg, hpg = heads / groups), ready for the per-group wo_a.
-//   Launch: grid (heads, rows), block 128.
-// Variants tried: chunk = ceil(nkeys / splits) (first version; at batch 1 SWA that is 2 keys per split,
-//   8 MB of partial outputs); now chunk >= 32 keys and empty splits store only (m, l). Not timed apart
-//   (same run: attention 31 us + merge 17 us at B1 SWA, eager; the Q.K loop costs a full tile however few keys).
-// Next: mma.sync for Q.K^T and P.V (64 heads share every key) at large batch.
+//   Launch: grid (heads, rows), block 128: warp 0 weighs the splits (lane = split), every thread merges
+//   4 channels with 16-byte loads, skipping empty splits.
+// Variants (H200, engine/tests/gpu_attention_bench.rs: eager step with events, B1 CSA pos 4095, each incl.
+//   ~5 us launch gap): v1 CUDA-core partial (lane = key for Q.K, lane = channel pair for P.V, f32) 33 us +
+//   merge with a serial weight loop in one thread 31 us. v2 (this): tensor cores, 4-warp blocks, parallel
+//   merge: 16.5 + 10.8 us (B64 CSA: 145 + 13 us).
 #include "common.cuh"
+
+#define SP_HEADS 16
+#define SP_TILE 32
+#define SP_LDS 36  // row stride (floats) of the score / probability tile
 
 struct AttnSparse {
     const u16* q;      // [rows, heads, dim]
@@ -42,13 +52,52 @@ __device__ __forceinline__ const u16* attn_key_ptr(const AttnSparse& p, int row,
     return p.comp + ((u64)slot * p.cap + e) * p.dim;
 }
 
-extern "C" __global__ void __launch_bounds__(256) attn_sparse_partial(AttnSparse p) {
-    extern __shared__ u32 smem[];
+// Two f32 -> packed bf16x2 (lo in the low half), round to nearest even.
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    return (u32)f32_to_bf16(lo) | ((u32)f32_to_bf16(hi) << 16);
+}
+
+// f32 minus its bf16 rounding (the "lo" part of a hi/lo split; exact in f32).
+__device__ __forceinline__ float bf16_rest(float v) { return v - bf16_to_f32(f32_to_bf16(v)); }
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ u32 sp_smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Stages keys [t0, t0 + nt) of the row as bf16 rows of ld words (zeros past nt).
+__device__ __forceinline__ void sp_load_tile(const AttnSparse& p, u32* ks, int ld, int row, int slot, int nwin,
+                                             int t0, int nt) {
+    const int per_key = p.dim >> 3;  // 16-byte chunks per key
+    for (int i = threadIdx.x; i < SP_TILE * per_key; i += blockDim.x) {
+        const int j = i / per_key, c = i - j * per_key;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (j < nt) v = *((const uint4*)attn_key_ptr(p, row, slot, nwin, t0 + j) + c);
+        *(uint4*)(ks + j * ld + c * 4) = v;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse p) {
+    extern __shared__ __align__(16) u32 smem[];
+    pdl_trigger();
+    pdl_wait();
     const int split = blockIdx.x, hg = blockIdx.y, row = blockIdx.z, splits = gridDim.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int half = p.dim / 2, ld = half + 1, words = p.dim / 64;  // words per lane in P.V
-    u32* qs = smem;             // [16][half]
-    u32* ks = smem + 16 * half;  // [32][ld]
+    const int g = lane >> 2, t = lane & 3;
+    const int ld = p.dim / 2 + 4;  // words per staged row
+    u32* qs = smem;                                 // [16][ld]
+    u32* ks = qs + SP_HEADS * ld;                   // [32][ld]
+    float* sp = (float*)(ks + SP_TILE * ld);        // [16][SP_LDS] scores, then probabilities
+    float* m_s = sp + SP_HEADS * SP_LDS;            // [16] running max
+    float* l_s = m_s + SP_HEADS;                    // [16] running sum
+    float* c_s = l_s + SP_HEADS;                    // [16] this tile's rescale of O
     const int pos = p.positions[row], slot = p.slots[row];
     const int nwin = min(pos + 1, p.window);
     int ncomp = 0;
@@ -57,92 +106,122 @@ extern "C" __global__ void __launch_bounds__(256) attn_sparse_partial(AttnSparse
         if (p.sel) ncomp = min(ncomp, p.k);
     }
     const int nkeys = nwin + ncomp;
-    // At least one full 32-key tile per split: a tile costs the same Q.K time however few keys it holds, and
-    // near-empty splits only add partial-output traffic (64 splits x 64 heads x 2 KB at batch 1).
-    const int chunk = max((nkeys + splits - 1) / splits, 32);
+    // Whole 32-key tiles per split: a tile costs the same however few keys it holds.
+    const int chunk = ((nkeys + splits - 1) / splits + SP_TILE - 1) / SP_TILE * SP_TILE;
     const int k0 = min(split * chunk, nkeys), k1 = min(k0 + chunk, nkeys);
-    for (int i = threadIdx.x; i < 16 * half; i += blockDim.x) {
-        const int h = hg * 16 + i / half;
-        qs[i] = h < p.heads ? ((const u32*)(p.q + ((u64)row * p.heads + h) * p.dim))[i % half] : 0u;
+    const int h0 = hg * SP_HEADS;
+    const int per_head = p.dim >> 3;
+    for (int i = threadIdx.x; i < SP_HEADS * per_head; i += blockDim.x) {
+        const int h = i / per_head, c = i - h * per_head;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (h0 + h < p.heads) v = *((const uint4*)(p.q + ((u64)row * p.heads + h0 + h) * p.dim) + c);
+        *(uint4*)(qs + h * ld + c * 4) = v;
     }
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    float acc[2][8][2];
+    if (threadIdx.x < SP_HEADS) {
+        m_s[threadIdx.x] = -INFINITY;
+        l_s[threadIdx.x] = 0.f;
+    }
+    const int dw = p.dim >> 2;       // dims of this warp in P.V
+    const int ntd = dw >> 3;         // its n8 tiles (<= 16)
+    float acc[16][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[h][i][0] = acc[h][i][1] = 0.f;
+    for (int j = 0; j < 16; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const u32 ks_addr = sp_smem_addr(ks);
 
-    for (int t0 = k0; t0 < k1; t0 += 32) {
-        const int nt = min(32, k1 - t0);
+    for (int t0 = k0; t0 < k1; t0 += SP_TILE) {
+        const int nt = min(SP_TILE, k1 - t0);
+        __syncthreads();  // the previous tile's keys and probabilities are consumed
+        sp_load_tile(p, ks, ld, row, slot, nwin, t0, nt);
         __syncthreads();
-        const int per_key = p.dim / 8;  // 16-byte chunks per key
-        for (int i = threadIdx.x; i < nt * per_key; i += blockDim.x) {
-            const int j = i / per_key, c = i - j * per_key;
-            const uint4 v = *((const uint4*)attn_key_ptr(p, row, slot, nwin, t0 + j) + c);
-            u32* d = ks + j * ld + c * 4;
-            d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+        // S = Q K^T for keys 8w..8w+7 of the tile.
+        float c[4] = {0.f, 0.f, 0.f, 0.f};
+        const u32* qa = qs + g * ld + t;
+        const u32* kb = ks + (8 * warp + g) * ld + t;
+        for (int kk = 0; kk < p.dim / 16; ++kk) {
+            mma_bf16_16816(c, qa[kk * 8], qa[8 * ld + kk * 8], qa[kk * 8 + 4], qa[8 * ld + kk * 8 + 4],
+                           kb[kk * 8], kb[kk * 8 + 4]);
+        }
+        {
+            const int key = 8 * warp + 2 * t;
+            float2 lo, hi;
+            lo.x = key < nt ? c[0] * p.scale : -INFINITY;
+            lo.y = key + 1 < nt ? c[1] * p.scale : -INFINITY;
+            hi.x = key < nt ? c[2] * p.scale : -INFINITY;
+            hi.y = key + 1 < nt ? c[3] * p.scale : -INFINITY;
+            *(float2*)(sp + g * SP_LDS + key) = lo;
+            *(float2*)(sp + (g + 8) * SP_LDS + key) = hi;
         }
         __syncthreads();
-        float s[2];
+        // Online softmax: warp w updates heads 4w..4w+3 (lane = key).
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32* qh = qs + (2 * warp + h) * half;
-            const u32* kj = ks + lane * ld;
-            float d = 0.f;
-            if (lane < nt)
-                for (int w = 0; w < half; ++w) {
-                    const u32 a = qh[w], b = kj[w];
-                    d += bf16_to_f32((u16)(a & 0xffffu)) * bf16_to_f32((u16)(b & 0xffffu));
-                    d += bf16_to_f32((u16)(a >> 16)) * bf16_to_f32((u16)(b >> 16));
-                }
-            s[h] = lane < nt ? d * p.scale : -INFINITY;
-        }
-        float pr[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float mn = fmaxf(m[h], warp_max(s[h]));
-            const float corr = expf(m[h] - mn);
-            pr[h] = expf(s[h] - mn);
-            l[h] = l[h] * corr + warp_sum(pr[h]);
-            m[h] = mn;
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                acc[h][i][0] *= corr;
-                acc[h][i][1] *= corr;
+        for (int hh = 0; hh < 4; ++hh) {
+            const int h = 4 * warp + hh;
+            const float s = sp[h * SP_LDS + lane];  // -inf past nt
+            const float mo = m_s[h];
+            const float mn = fmaxf(mo, warp_max(s));  // finite: nt >= 1
+            const float e = expf(s - mn);
+            const float sum = warp_sum(e);
+            sp[h * SP_LDS + lane] = e;
+            __syncwarp();
+            if (lane == 0) {
+                const float corr = expf(mo - mn);  // 0 on the first tile (mo = -inf)
+                l_s[h] = l_s[h] * corr + sum;
+                m_s[h] = mn;
+                c_s[h] = corr;
             }
         }
-        for (int j = 0; j < nt; ++j) {
-            const float p0 = __shfl_sync(0xffffffffu, pr[0], j), p1 = __shfl_sync(0xffffffffu, pr[1], j);
-            const u32* kj = ks + j * ld;
+        __syncthreads();
+        // O = O * corr + P V on this warp's dims.
+        const float cg = c_s[g], cg8 = c_s[g + 8];
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                if (i >= words) break;
-                const u32 b = kj[lane + 32 * i];
-                const float x0 = bf16_to_f32((u16)(b & 0xffffu)), x1 = bf16_to_f32((u16)(b >> 16));
-                acc[0][i][0] += p0 * x0;
-                acc[0][i][1] += p0 * x1;
-                acc[1][i][0] += p1 * x0;
-                acc[1][i][1] += p1 * x1;
+        for (int j = 0; j < 16; ++j) {
+            acc[j][0] *= cg;
+            acc[j][1] *= cg;
+            acc[j][2] *= cg8;
+            acc[j][3] *= cg8;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+            const float2 p0 = *(const float2*)(sp + g * SP_LDS + 16 * kk + 2 * t);
+            const float2 p1 = *(const float2*)(sp + (g + 8) * SP_LDS + 16 * kk + 2 * t);
+            const float2 p2 = *(const float2*)(sp + g * SP_LDS + 16 * kk + 8 + 2 * t);
+            const float2 p3 = *(const float2*)(sp + (g + 8) * SP_LDS + 16 * kk + 8 + 2 * t);
+            const u32 ah[4] = {pack_bf16x2(p0.x, p0.y), pack_bf16x2(p1.x, p1.y), pack_bf16x2(p2.x, p2.y),
+                               pack_bf16x2(p3.x, p3.y)};
+            const u32 al[4] = {pack_bf16x2(bf16_rest(p0.x), bf16_rest(p0.y)),
+                               pack_bf16x2(bf16_rest(p1.x), bf16_rest(p1.y)),
+                               pack_bf16x2(bf16_rest(p2.x), bf16_rest(p2.y)),
+                               pack_bf16x2(bf16_rest(p3.x), bf16_rest(p3.y))};
+            // ldmatrix rows: keys 16kk + (lane & 7) + 8 * bit 3 of lane, dims d0 + 8 * (lane >> 4).
+            const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+            const u32 rowaddr = ks_addr + (u32)(key * ld) * 4u + (u32)((warp * dw + (lane >> 4) * 8) * 2);
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                if (2 * jj >= ntd) break;
+                u32 b0, b1, b2, b3;
+                ldmatrix_x4_trans(rowaddr + (u32)(jj * 32), b0, b1, b2, b3);
+                mma_bf16_16816(acc[2 * jj], ah[0], ah[1], ah[2], ah[3], b0, b1);
+                mma_bf16_16816(acc[2 * jj], al[0], al[1], al[2], al[3], b0, b1);
+                mma_bf16_16816(acc[2 * jj + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);
+                mma_bf16_16816(acc[2 * jj + 1], al[0], al[1], al[2], al[3], b2, b3);
             }
         }
     }
+    __syncthreads();
+    const u64 base = ((u64)row * splits + split) * p.heads;
+    if (threadIdx.x < SP_HEADS && h0 + (int)threadIdx.x < p.heads) {
+        const int h = threadIdx.x;
+        p.part_ml[(base + h0 + h) * 2] = m_s[h];
+        p.part_ml[(base + h0 + h) * 2 + 1] = l_s[h];
+    }
+    if (k0 >= k1) return;  // empty split: m = -inf, the merge gives it weight 0 and never reads o
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int head = hg * 16 + 2 * warp + h;
-        if (head >= p.heads) continue;
-        const u64 base = ((u64)row * splits + split) * p.heads + head;
-        if (lane == 0) {
-            p.part_ml[base * 2] = m[h];
-            p.part_ml[base * 2 + 1] = l[h];
-        }
-        if (k0 >= k1) continue;  // empty split: m = -inf, the merge gives it weight 0 and never reads o
-        float* o = p.part_o + base * p.dim;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            if (i >= words) break;
-            o[2 * (lane + 32 * i)] = acc[h][i][0];
-            o[2 * (lane + 32 * i) + 1] = acc[h][i][1];
-        }
+    for (int j = 0; j < 16; ++j) {
+        if (j >= ntd) break;
+        const int d = warp * dw + 8 * j + 2 * t;
+        if (h0 + g < p.heads) *(float2*)(p.part_o + (base + h0 + g) * p.dim + d) = make_float2(acc[j][0], acc[j][1]);
+        if (h0 + g + 8 < p.heads)
+            *(float2*)(p.part_o + (base + h0 + g + 8) * p.dim + d) = make_float2(acc[j][2], acc[j][3]);
     }
 }
 
@@ -157,36 +236,53 @@ struct AttnMerge {
 };
 
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p) {
-    __shared__ float v[512];
+    __shared__ __align__(16) float v[512];
     __shared__ float wgt[64];
     __shared__ float inv_den;
-    const int h = blockIdx.x, row = blockIdx.y;
+    pdl_trigger();
+    pdl_wait();
+    const int h = blockIdx.x, row = blockIdx.y, lane = threadIdx.x & 31;
     const float* ml = p.part_ml + ((u64)row * p.splits * p.heads + h) * 2;
-    const float sink = p.sink[h];
-    float mx = sink;
-    for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, ml[(u64)s * p.heads * 2]);
-    if (threadIdx.x == 0) {
-        float den = expf(sink - mx);
-        for (int s = 0; s < p.splits; ++s) {
-            const float ms = ml[(u64)s * p.heads * 2];
-            const float e = ms == -INFINITY ? 0.f : expf(ms - mx);
-            wgt[s] = e;
-            den += ml[(u64)s * p.heads * 2 + 1] * e;
+    if (threadIdx.x < 32) {
+        // lane s (and s + 32) weighs split s: M = max(sink, m_s), den = exp(sink - M) + sum l_s exp(m_s - M).
+        const float sink = p.sink[h];
+        float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+        if (lane < p.splits) {
+            m0 = ml[(u64)lane * p.heads * 2];
+            l0 = ml[(u64)lane * p.heads * 2 + 1];
         }
-        inv_den = 1.0f / den;
+        if (lane + 32 < p.splits) {
+            m1 = ml[(u64)(lane + 32) * p.heads * 2];
+            l1 = ml[(u64)(lane + 32) * p.heads * 2 + 1];
+        }
+        const float mx = fmaxf(sink, warp_max(fmaxf(m0, m1)));
+        const float e0 = m0 == -INFINITY ? 0.f : expf(m0 - mx), e1 = m1 == -INFINITY ? 0.f : expf(m1 - mx);
+        const float den = expf(sink - mx) + warp_sum(l0 * e0 + l1 * e1);
+        if (lane < p.splits) wgt[lane] = e0;
+        if (lane + 32 < p.splits) wgt[lane + 32] = e1;
+        if (lane == 0) inv_den = 1.0f / den;
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < p.dim; c += blockDim.x) {
-        float o = 0.f;
+    const float* po = p.part_o + ((u64)row * p.splits * p.heads + h) * p.dim;
+    for (int c = threadIdx.x * 4; c < p.dim; c += blockDim.x * 4) {
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int s = 0; s < p.splits; ++s) {
-            if (wgt[s] != 0.f) o += wgt[s] * p.part_o[(((u64)row * p.splits + s) * p.heads + h) * p.dim + c];
+            const float w = wgt[s];
+            if (w == 0.f) continue;
+            const float4 x = *(const float4*)(po + (u64)s * p.heads * p.dim + c);
+            o.x += w * x.x;
+            o.y += w * x.y;
+            o.z += w * x.z;
+            o.w += w * x.w;
         }
-        v[c] = o * inv_den;
+        const float id = inv_den;
+        *(float4*)(v + c) = make_float4(o.x * id, o.y * id, o.z * id, o.w * id);
     }
     __syncthreads();
     attn_rope_smem(v, p.dim, p.rdim, p.freqs, p.positions[row], 1);
     __syncthreads();
     const int hpg = p.heads / p.groups, g = h / hpg;
     u16* dst = p.out + ((u64)g * p.rows + row) * ((u64)hpg * p.dim) + (u64)(h % hpg) * p.dim;
-    for (int c = threadIdx.x; c < p.dim; c += blockDim.x) dst[c] = f32_to_bf16(v[c]);
+    for (int c = threadIdx.x * 2; c < p.dim; c += blockDim.x * 2)
+        *(u32*)(dst + c) = pack_bf16x2(v[c], v[c + 1]);
 }

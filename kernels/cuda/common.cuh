@@ -14,6 +14,22 @@ typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (kernels/src/launch.rs). pdl_wait: block until the previous kernel on the
+// stream has completed and its writes are visible (returns at once when launched without PDL). Every kernel
+// of this crate calls it, unconditionally and before touching memory that other kernels write, so that its
+// completion still implies its predecessor's. pdl_trigger: let the next kernel be scheduled now (its blocks
+// then wait in their own pdl_wait).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // bf16 bits -> f32: exact (bf16 is the top half of an f32).
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 

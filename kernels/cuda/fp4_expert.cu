@@ -88,13 +88,11 @@ __device__ __forceinline__ u32 scale_pair(u32 es) {
     return es * 0x00800080u + 126u * 0x00800080u;
 }
 
-// One 128-wide K chunk of one warp: 16 * MT rows (2 * MT per thread) x the group's 8-token column tile.
+// One 128-wide K chunk of one warp: 16 * MT rows (2 * MT per thread) x the group's 8-token column tile, given
+// this thread's 32 x values xv.
 template <int MT>
-__device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT], const u32 (&f)[2 * MT],
-                                          const u16* xp) {
-    uint4 xv[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) xv[q] = ldg_keep(xp + 8 * q);
+__device__ __forceinline__ void fp4_chunk_x(float* acc, const uint4 (&wv)[2 * MT], const u32 (&f)[2 * MT],
+                                            const uint4 (&xv)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         // x[k0 + 8q .. + 8] as words (x[8q+2m], x[8q+2m+1]); B fragments pair k with k + 4 like the weights.
@@ -118,6 +116,16 @@ __device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT],
                            b[1][1]);
         }
     }
+}
+
+// fp4_chunk_x with the x values loaded here from xp.
+template <int MT>
+__device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT], const u32 (&f)[2 * MT],
+                                          const u16* xp) {
+    uint4 xv[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) xv[q] = ldg_keep(xp + 8 * q);
+    fp4_chunk_x<MT>(acc, wv, f, xv);
 }
 
 template <int MT, bool SCA>
@@ -191,10 +199,18 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                 const int cn = c + (FP4_ST - 1) * KW;
                 if (cn < nch) issue(cn, wr);
                 cp_async_commit();
-                cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk c have landed
                 const int k0 = c * 128 + t * 32;
                 // Lanes past K (partial last chunk) hold zero weights; their x is read from the row's last
-                // 32 values instead, so no address leaves the row.
+                // 32 values instead, so no address leaves the row. With 16-row warps (small batches, 64
+                // registers to spare) x is loaded before the wait so that its latency overlaps the weights';
+                // 32-row warps would spill the extra live registers, so they load it after.
+                uint4 xpre[MT == 1 ? 4 : 1];
+                if constexpr (MT == 1) {
+                    const u16* xq = xrow + (kfull || k0 < K ? k0 : K - 32);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) xpre[q] = ldg_keep(xq + 8 * q);
+                }
+                cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk c have landed
                 const u16* xp = xrow + (kfull || k0 < K ? k0 : K - 32);
                 uint4 wv[2 * MT];
                 u32 f[2 * MT];
@@ -211,7 +227,10 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                         f[i] = scale_pair((kin && ((rok >> i) & 1u)) ? (u32)__ldg(sbase + (roff[i] >> 4) + (k0 >> 5))
                                                                      : 0u);
                 }
-                fp4_chunk<MT>(acc, wv, f, xp);
+                if constexpr (MT == 1)
+                    fp4_chunk_x<MT>(acc, wv, f, xpre);
+                else
+                    fp4_chunk<MT>(acc, wv, f, xp);
                 rd = rd + 1 == FP4_ST ? 0 : rd + 1;
                 wr = wr + 1 == FP4_ST ? 0 : wr + 1;
             }
@@ -258,6 +277,8 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
         int x_per_slot, int out_bf16, int kw) {                                                            \
         __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                               \
         __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                              \
+        pdl_trigger();                                                                                     \
+        pdl_wait();                                                                                        \
         if ((K & 127) == 0)                                                                                \
             fp4_expert_body<MT, true>(FP4_ARGS);                                                           \
         else                                                                                               \
@@ -267,10 +288,13 @@ FP4_EXPERT_KERNEL(1, 8)
 FP4_EXPERT_KERNEL(2, 7)
 #undef FP4_ARGS
 
-// Groups the S = B*topk slots by expert (one block of 1024 threads). Ids outside [0, E) are dropped.
+// Groups the S = B*topk slots by expert (one block; every loop strides by blockDim, the launcher uses 256
+// threads). Ids outside [0, E) are dropped.
 // meta = [num_groups, group_expert[S], group_start[S+1], slots[S]].
 extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
                                                              i32* __restrict__ meta) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ int cnt[1024], start[1024], gidx[1024];
     __shared__ int totals[2];
     __shared__ int sid[2048];  // the ids, when they fit: the rank loop below re-reads them S times

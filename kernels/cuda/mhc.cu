@@ -31,10 +31,13 @@
 #define MHC_N 4
 #define MHC_CHUNK 128
 #define MHC_MIX 24
+#define MHC_MAX_D 8192  // widest row hc_finish keeps in shared memory
 
 extern "C" __global__ void __launch_bounds__(256) embed_streams(const i32* __restrict__ ids,
                                                                 const u16* __restrict__ table,
                                                                 u16* __restrict__ X, int D) {
+    pdl_trigger();
+    pdl_wait();
     const int r = blockIdx.x;
     const u64 id = (u64)ids[r];
     const uint4* src = (const uint4*)(table + id * (u64)D);
@@ -56,41 +59,60 @@ __device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
     f[3] = bf16_to_f32((u16)(v.y >> 16));
 }
 
-// Partial mixer dots of one 128-column chunk: every warp holds the chunk's fn slice in registers (lane:
-// 4 columns x M rows, float4 loads) and walks rows warp, warp+8, ...; fn is read once per block.
+// Partial mixer dots of one 128-column chunk (lane: 4 columns, float4 loads of fn). The 8 warps are split
+// into RG row groups x MG mix groups (RG = 8 at 8+ rows, fewer below): warp (rg, mg) dots rows rg, rg + RG,
+// ... with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 each warp holds and
+// reduces 3-4 mixes instead of one warp doing all 25 while the rest idle.
 template <int M>
 __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
                                                      float* __restrict__ ws, int rows, int nd) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int RG = rows >= 8 ? 8 : (rows >= 4 ? 4 : (rows >= 2 ? 2 : 1)), MG = 8 / RG;
+    const int rg = warp % RG, mg = warp / RG;
     const int c = blockIdx.x * MHC_CHUNK + lane * 4;
     const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
-    float4 f[M];
+    float4 f[M + 1];
 #pragma unroll
-    for (int m = 0; m < M; ++m)
-        f[m] = valid ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int row = warp; row < rows; row += 8) {
+    for (int i = 0; i <= M; ++i) {
+        const int m = mg + MG * i;
+        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
         if (valid) mhc_load4(X + (u64)row * nd + c, xv);
         float acc[M + 1];
-        acc[M] = xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3];
 #pragma unroll
-        for (int m = 0; m < M; ++m) acc[m] = f[m].x * xv[0] + f[m].y * xv[1] + f[m].z * xv[2] + f[m].w * xv[3];
+        for (int i = 0; i <= M; ++i) {
+            const int m = mg + MG * i;
+            acc[i] = m == M ? xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3]
+                            : f[i].x * xv[0] + f[i].y * xv[1] + f[i].z * xv[2] + f[i].w * xv[3];
+        }
 #pragma unroll
-        for (int m = 0; m <= M; ++m) acc[m] = warp_sum(acc[m]);
+        for (int i = 0; i <= M; ++i) {
+            if (mg + MG * i > M) break;  // warp-uniform
+            acc[i] = warp_sum(acc[i]);
+        }
         if (lane == 0) {
             float* out = ws + ((u64)blockIdx.x * rows + row) * (M + 1);
 #pragma unroll
-            for (int m = 0; m <= M; ++m) out[m] = acc[m];
+            for (int i = 0; i <= M; ++i) {
+                if (mg + MG * i > M) break;
+                out[mg + MG * i] = acc[i];
+            }
         }
     }
 }
 
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial24(const u16* X, const float* fn, float* ws,
                                                                    int rows, int nd) {
+    pdl_trigger();
+    pdl_wait();
     mhc_mix_partial_body<24>(X, fn, ws, rows, nd);
 }
 extern "C" __global__ void __launch_bounds__(256) hc_mix_partial4(const u16* X, const float* fn, float* ws,
                                                                   int rows, int nd) {
+    pdl_trigger();
+    pdl_wait();
     mhc_mix_partial_body<4>(X, fn, ws, rows, nd);
 }
 
@@ -118,12 +140,16 @@ __device__ float mhc_sinkhorn_lane(float p, float eps, int iters) {
     return p;
 }
 
+// Barrier of the 8 collapse warps of hc_finish (warp 8 runs Sinkhorn meanwhile and never joins).
+__device__ __forceinline__ void mhc_bar8() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+// Sum over the 8 collapse warps, in a fixed order.
 __device__ __forceinline__ float mhc_block_sum(float v, float* sh) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     v = warp_sum(v);
-    __syncthreads();  // sh may still be read from a previous use
+    mhc_bar8();  // sh may still be read from a previous use
     if (lane == 0) sh[warp] = v;
-    __syncthreads();
+    mhc_bar8();
     float r = 0.f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) r += sh[i];
@@ -147,65 +173,71 @@ __device__ __forceinline__ void fq_block(float* v) {
     }
 }
 
-// Mixer coefficients of one row from the partials: pre (shared), post and comb (to `mix`, M == 24 only).
+// Sums of the row's partials into sred[0..M] (warps 0-7; fixed order).
 template <int M>
-__device__ void mhc_coefficients(const float* ws, int chunks, int rows, int row, int nd, const float* scale,
-                                 const float* base, float eps, float hc_eps, int iters, float* mix,
-                                 float* sred, float* pre) {
+__device__ __forceinline__ void mhc_partial_sums(const float* ws, int chunks, int rows, int row, float* sred) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp >= 8) return;
     for (int m = warp; m <= M; m += 8) {
         float s = 0.f;
         for (int ch = lane; ch < chunks; ch += 32) s += ws[((u64)ch * rows + row) * (M + 1) + m];
         s = warp_sum(s);
         if (lane == 0) sred[m] = s;
     }
-    __syncthreads();
-    if (warp == 0) {
-        const float rho = 1.f / sqrtf(sred[M] / (float)nd + eps);
-        if (lane < MHC_N) pre[lane] = mhc_sigmoid(sred[lane] * rho * scale[0] + base[lane]) + hc_eps;
-        if (M == MHC_MIX) {
-            float* mo = mix + (u64)row * MHC_MIX;
-            if (lane < MHC_N) mo[lane] = 2.f * mhc_sigmoid(sred[4 + lane] * rho * scale[1] + base[4 + lane]);
-            const float l = lane < 16 ? sred[8 + (lane & 15)] * rho * scale[2] + base[8 + (lane & 15)] : 0.f;
-            const float p = mhc_sinkhorn_lane(l, hc_eps, iters);
-            if (lane < 16) mo[4 + lane] = p;
-        }
-    }
-    __syncthreads();
 }
 
+// post and comb (Sinkhorn) of a block mixer into mix[row] (one warp).
+__device__ __forceinline__ void mhc_post_comb(const float* sred, float rho, const float* scale, const float* base,
+                                              float hc_eps, int iters, float* mo) {
+    const int lane = threadIdx.x & 31;
+    if (lane < MHC_N) mo[lane] = 2.f * mhc_sigmoid(sred[4 + lane] * rho * scale[1] + base[4 + lane]);
+    const float l = lane < 16 ? sred[8 + (lane & 15)] * rho * scale[2] + base[8 + (lane & 15)] : 0.f;
+    const float p = mhc_sinkhorn_lane(l, hc_eps, iters);
+    if (lane < 16) mo[4 + lane] = p;
+}
+
+// One row per block of 9 warps: warp 8 computes post and the Sinkhorn comb (M == 24) while warps 0-7
+// collapse the streams with pre (each thread evaluates the 4 pre coefficients itself), RMS-normalise and
+// (yq) FP8-fake-quantise; the collapsed row stays in shared memory. Same operations in the same order as the
+// single-warp version, so the same bits.
 template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
                                 float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
                                 u16* __restrict__ yq) {
     __shared__ float sred[M + 1];
-    __shared__ float pre[MHC_N];
     __shared__ float sh[8];
-    const int row = blockIdx.x;
-    mhc_coefficients<M>(ws, chunks, rows, row, MHC_N * D, scale, base, eps, hc_eps, iters, mix, sred, pre);
+    __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    mhc_partial_sums<M>(ws, chunks, rows, row, sred);
+    __syncthreads();
+    const float rho = 1.f / sqrtf(sred[M] / (float)(MHC_N * D) + eps);
+    if (warp == 8) {
+        if (M == MHC_MIX) mhc_post_comb(sred, rho, scale, base, hc_eps, iters, mix + (u64)row * MHC_MIX);
+        return;
+    }
+    float pre[MHC_N];
+#pragma unroll
+    for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * scale[0] + base[j]) + hc_eps;
     const u16* xr = X + (u64)row * MHC_N * D;
-    u16* yr = y + (u64)row * D;
     float ss = 0.f;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    for (int c = tid; c < D; c += 256) {
         float a = 0.f;
 #pragma unroll
         for (int j = 0; j < MHC_N; ++j) a += pre[j] * bf16_to_f32(xr[j * D + c]);
-        const u16 ab = f32_to_bf16(a);
-        const float af = bf16_to_f32(ab);
+        const float af = bf16_to_f32(f32_to_bf16(a));
         ss += af * af;
-        yr[c] = ab;  // the collapsed input, normalised in place below
+        av[c] = af;
     }
-    const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish yr
+    const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
     if (yq) {
         // FP8 fake-quantised copy for the expert GEMVs, from the f32 normalised values (no bf16 step).
-        const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         for (int b0 = warp * 128; b0 < D; b0 += 8 * 128) {
             float v[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = b0 + q * 32 + lane;
-                v[q] = c < D ? norm_w[c] * (bf16_to_f32(yr[c]) * inv) : 0.f;
+                v[q] = c < D ? norm_w[c] * (av[c] * inv) : 0.f;
             }
             fq_block(v);
 #pragma unroll
@@ -214,21 +246,25 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
                 if (c < D) yq[(u64)row * D + c] = f32_to_bf16(v[q]);
             }
         }
-        __syncthreads();  // every warp has read yr before it is overwritten
     }
-    for (int c = threadIdx.x; c < D; c += blockDim.x) yr[c] = f32_to_bf16(norm_w[c] * (bf16_to_f32(yr[c]) * inv));
+    u16* yr = y + (u64)row * D;
+    for (int c = tid; c < D; c += 256) yr[c] = f32_to_bf16(norm_w[c] * (av[c] * inv));
 }
 
-extern "C" __global__ void __launch_bounds__(256) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
+extern "C" __global__ void __launch_bounds__(288) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
                                                               int iters, float* mix, u16* y, u16* yq) {
+    pdl_trigger();
+    pdl_wait();
     mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
-extern "C" __global__ void __launch_bounds__(256) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
+extern "C" __global__ void __launch_bounds__(288) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
                                                              int iters, float* mix, u16* y, u16* yq) {
+    pdl_trigger();
+    pdl_wait();
     mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
 }
 
@@ -238,6 +274,8 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, c
                                                           const float* __restrict__ ys,
                                                           const float* __restrict__ ysh, int D, int topk,
                                                           int mode) {
+    pdl_trigger();
+    pdl_wait();
     const int row = blockIdx.x;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= D) return;

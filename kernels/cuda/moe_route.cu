@@ -26,6 +26,8 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
     float* __restrict__ wts) {
+    pdl_trigger();
+    pdl_wait();
     __shared__ float score[1024];
     __shared__ float biased[1024];
     __shared__ int chosen[16];
@@ -78,6 +80,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
                                                              const float* __restrict__ u,
                                                              const float* __restrict__ wt, u16* __restrict__ out,
                                                              int S, int I, float limit, int quant) {
+    pdl_trigger();
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const int nb = (I + QBLOCK - 1) / QBLOCK;
     const int blk = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -107,6 +111,8 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
 }
 
 extern "C" __global__ void __launch_bounds__(256) fake_quant_rows(const u16* x, u16* out, int rows, int D) {
+    pdl_trigger();
+    pdl_wait();
     const int lane = threadIdx.x & 31;
     const int nb = (D + QBLOCK - 1) / QBLOCK;
     const int blk = blockIdx.x * 8 + (threadIdx.x >> 5);

@@ -3,7 +3,10 @@
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
-use dsv4_kernels::{bf16, moe_group_meta_len, ExpertShape, Fp4Tune, GemvOut, Gpu, GpuContext};
+use dsv4_kernels::{
+    bf16, moe_group_meta_len, ExpertShape, Fp4Tune, GemvOut, GemvScratch, GemvWeights, Gpu,
+    GpuContext,
+};
 
 type R<T> = Result<T, Box<dyn Error>>;
 
@@ -62,26 +65,18 @@ fn bench_fp8(g: &GpuContext, name: &str, n: usize, k: usize, copy: f64) -> R<()>
         .collect::<R<_>>()?;
     let sc = noise(g, n.div_ceil(128) * k.div_ceil(128), 3, 0x0f)?;
     for b in [1usize, 8, 64] {
-        let plan = g.fp8_gemv_plan(b, n, k)?;
+        let plan = g.gemv_plan(GemvWeights::Fp8, b, n, k)?;
         let x = filled(g, b * k, bf16::from_f32(0.5))?;
         let mut y = filled(g, b * n, bf16::ZERO)?;
-        let mut wsp = filled(g, plan.workspace_len().max(1), 0f32)?;
+        let mut wsp = GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len())?;
         let ms = time_ms(g, 20, |i| {
             let out = GemvOut::bf16(&mut y, &g.stream);
-            Ok(g.launch_fp8_gemv(
-                &g.stream,
-                &plan,
-                &x,
-                &ws[i % copies],
-                &sc,
-                out,
-                Some(&mut wsp),
-            )?)
+            Ok(g.launch_gemv_fp8(&g.stream, &plan, &x, &ws[i % copies], &sc, out, &mut wsp)?)
         })?;
         let bytes = (n * k + 2 * b * (k + n)) as f64;
         let gbs = bytes / ms / 1e6;
         println!(
-            "| fp8_gemv {name:<8} | {n}x{k} | {b:>2} | {:>3} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+            "| gemv fp8 {name:<8} | {n}x{k} | {b:>2} | {:>3} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
             plan.splits,
             ms * 1e3,
             100.0 * gbs / copy

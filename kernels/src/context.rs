@@ -10,9 +10,8 @@ use crate::probe::{self, GpuInfo};
 /// Every kernel of the module, resolved once at start.
 #[derive(Debug, Clone)]
 pub struct Kernels {
-    /// fp8_gemv_nt{1,2,4,8}: batch tiles of 8.
-    pub fp8_gemv: [CudaFunction; 4],
-    pub gemv_splitk_reduce: CudaFunction,
+    /// Grouped FP8 / bf16 GEMVs with in-kernel split-K (gemv.cu).
+    pub gemv: crate::ops::gemv::GemvKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
     pub moe_group: CudaFunction,
@@ -44,13 +43,7 @@ impl Kernels {
             )?;
         }
         Ok(Kernels {
-            fp8_gemv: [
-                get("fp8_gemv_nt1")?,
-                get("fp8_gemv_nt2")?,
-                get("fp8_gemv_nt4")?,
-                get("fp8_gemv_nt8")?,
-            ],
-            gemv_splitk_reduce: get("gemv_splitk_reduce")?,
+            gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
             fp4_expert,
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,
@@ -72,6 +65,8 @@ pub struct GpuContext {
     pub info: GpuInfo,
     pub kernels: Kernels,
     pub source: ModuleSource,
+    /// Programmatic dependent launch for the launchers of this crate (see launch.rs).
+    pub pdl: bool,
 }
 
 impl GpuContext {
@@ -96,13 +91,33 @@ impl GpuContext {
         let info = probe::info_of(&ctx)?;
         let (module, source) = module::load(&ctx, info.cc, force_nvrtc)?;
         let kernels = Kernels::resolve(&module)?;
+        let pdl = crate::launch::pdl_wanted(info.cc.0);
         Ok(GpuContext {
             ctx,
             stream,
             info,
             kernels,
             source,
+            pdl,
         })
+    }
+}
+
+impl GpuContext {
+    /// Launches `f` with `args` (PDL when enabled for this context).
+    ///
+    /// # Safety
+    /// As [`crate::launch::launch`]: `args` match the kernel, addresses are valid, the kernel waits
+    /// (`pdl_wait`) before touching memory that earlier kernels use.
+    pub(crate) unsafe fn launch_k(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        cfg: cudarc::driver::LaunchConfig,
+        args: &mut crate::launch::Args<'_>,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::launch::launch(stream, f, cfg, args, self.pdl) }
     }
 }
 

@@ -8,6 +8,7 @@
 mod context;
 mod error;
 pub mod fatbin;
+mod launch;
 mod module;
 mod ops;
 mod probe;
@@ -16,9 +17,11 @@ pub mod reference;
 pub use context::{GpuContext, Kernels};
 pub use error::{KernelError, Result};
 pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
-pub use ops::bf16_gemv::Bf16GemvPlan;
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Tune};
-pub use ops::fp8_gemv::{Fp8GemvPlan, GemvOut};
+pub use ops::gemv::{
+    gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvPlan, GemvScratch,
+    GemvWeights, GEMV_GROUPS, GEMV_ROW_TILE,
+};
 pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};
 pub use ops::sample::SAMPLE_PARAMS_PER_ROW;

@@ -11,7 +11,7 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GemvOut, GpuContext, HcPre};
+use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPre};
 
 /// Host values of one step; `tokens`, `slots` and `positions` have one entry per row.
 #[derive(Debug, Clone, Copy)]
@@ -288,15 +288,9 @@ pub(crate) fn head(
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
     let (v, d) = (cfg.vocab_size, cfg.hidden_size);
-    let plan = ctx.bf16_gemv_plan(rows, v, d)?;
-    ctx.launch_bf16_gemv(
-        s,
-        &plan,
-        &ws.a,
-        w,
-        GemvOut::f32(&mut ws.logits, s),
-        Some(&mut ws.split),
-    )?;
+    let plan = ctx.gemv_plan(GemvWeights::Bf16, rows, v, d)?;
+    let out = GemvOut::f32(&mut ws.logits, s);
+    ctx.launch_gemv_bf16(s, &plan, &ws.a, w, out, &mut ws.gemv)?;
     ctx.launch_argmax_rows(s, rows, v, &ws.logits, &mut ws.next)?;
     Ok(())
 }

@@ -1,38 +1,28 @@
 //! The MoE of one block on the device (spec 2.8): gate GEMV, routing, grouped FP4 routed experts and
 //! the FP8 shared expert. The final sum of expert outputs is fused into the following HCPost.
 
+use super::attention::{dptr, dptr_mut, grouped_gemv, Job};
 use super::weights::{Fp8Linear, MoeDev};
 use super::workspace::Workspace;
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
-use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, ExpertShape, GemvOut, GpuContext, RouteBy, RouteShape};
+use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
+use dsv4_kernels::{ExpertShape, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape};
 
 /// Called after each op with its name and the workspace (the profiler records an event there, the
 /// bench reads the routed expert ids; normally a no-op).
 pub type Hook<'a> = &'a mut dyn FnMut(&'static str, &Workspace) -> Result<(), RunnerError>;
 
-fn fp8(
-    ctx: &GpuContext,
-    rows: usize,
-    lin: &Fp8Linear,
-    x: &CudaSlice<bf16>,
-    out: &mut CudaSlice<f32>,
-    split: &mut CudaSlice<f32>,
-) -> Result<(), RunnerError> {
-    let s = &ctx.stream;
-    let plan = ctx.fp8_gemv_plan(rows, lin.out, lin.inp)?;
-    ctx.launch_fp8_gemv(
-        s,
-        &plan,
+/// An FP8 linear of the MoE as one group of a grouped GEMV (x `[rows, inp]` bf16 -> out f32).
+fn fp8_job(lin: &Fp8Linear, x: u64, out: &mut CudaSlice<f32>, s: &CudaStream) -> Job {
+    Job {
         x,
-        &lin.w,
-        &lin.scale,
-        GemvOut::f32(out, s),
-        Some(split),
-    )?;
-    Ok(())
+        w: dptr(&lin.w, s),
+        s: dptr(&lin.scale, s),
+        out: dptr_mut(out, s),
+        n: lin.out,
+    }
 }
 
 /// Gate logits and routing into `ws.ids` / `ws.wts`, then the expert grouping.
@@ -60,9 +50,9 @@ pub(crate) fn gate_route(
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
     let (e, d) = (cfg.n_routed_experts, cfg.hidden_size);
-    let plan = ctx.bf16_gemv_plan(rows, e, d)?;
+    let plan = ctx.gemv_plan(GemvWeights::Bf16, rows, e, d)?;
     let out = GemvOut::f32(&mut ws.gate, s);
-    ctx.launch_bf16_gemv(s, &plan, &ws.a, &w.gate, out, Some(&mut ws.split))?;
+    ctx.launch_gemv_bf16(s, &plan, &ws.a, &w.gate, out, &mut ws.gemv)?;
     let shape = RouteShape {
         rows,
         experts: e,
@@ -151,7 +141,8 @@ pub(crate) fn routed(
     Ok(())
 }
 
-/// The shared expert into `ws.y_shared`; its width is the weights' (a rank holds a slice of its rows).
+/// The shared expert into `ws.y_shared`: w1 and w3 in one grouped GEMV (same input), SwiGLU, w2. Its
+/// width is the weights' (a tensor-parallel rank holds a slice of its rows).
 pub(crate) fn shared(
     ctx: &GpuContext,
     cfg: &ModelConfig,
@@ -160,30 +151,18 @@ pub(crate) fn shared(
     rows: usize,
     quant: bool,
 ) -> Result<(), RunnerError> {
-    let x = if quant { &ws.aq } else { &ws.a };
-    fp8(ctx, rows, &w.shared[0], x, &mut ws.sg, &mut ws.split)?;
-    fp8(ctx, rows, &w.shared[1], x, &mut ws.su, &mut ws.split)?;
-    let (i, lim) = (w.shared[0].out, cfg.swiglu_limit);
+    let s = &ctx.stream;
+    let fp8 = GemvWeights::Fp8;
+    let x = dptr(if quant { &ws.aq } else { &ws.a }, s);
+    let [w1, w3, w2] = &w.shared;
+    let up = [fp8_job(w1, x, &mut ws.sg, s), fp8_job(w3, x, &mut ws.su, s)];
+    grouped_gemv(ctx, s, rows, fp8, w1.inp, false, &up, &mut ws.gemv)?;
+    let (i, lim) = (w1.out, cfg.swiglu_limit);
     let none: Option<&CudaSlice<f32>> = None;
-    ctx.launch_moe_swiglu(
-        &ctx.stream,
-        rows,
-        i,
-        lim,
-        quant,
-        &ws.sg,
-        &ws.su,
-        none,
-        &mut ws.sh,
-    )?;
-    fp8(
-        ctx,
-        rows,
-        &w.shared[2],
-        &ws.sh,
-        &mut ws.y_shared,
-        &mut ws.split,
-    )
+    ctx.launch_moe_swiglu(s, rows, i, lim, quant, &ws.sg, &ws.su, none, &mut ws.sh)?;
+    let down = [fp8_job(w2, dptr(&ws.sh, s), &mut ws.y_shared, s)];
+    grouped_gemv(ctx, s, rows, fp8, w2.inp, false, &down, &mut ws.gemv)?;
+    Ok(())
 }
 
 /// The MoE of `rows` rows of `ws.a`: leaves routed outputs in `ws.y_routed` and the shared expert's in

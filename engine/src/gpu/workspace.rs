@@ -1,11 +1,14 @@
 //! Every buffer a decode step touches, sized once from the config and the maximum rows: nothing is
 //! allocated per step, so a captured graph's pointers stay valid for every replay.
 
-use super::attention::{AttnScratch, StepMeta};
+use super::attention::{gemv_need, AttnScratch, StepMeta};
 use super::RunnerError;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
-use dsv4_kernels::{bf16, hc_workspace_len, moe_group_meta_len, GpuContext, HC_MIX, HC_STREAMS};
+use dsv4_kernels::{
+    bf16, hc_workspace_len, moe_group_meta_len, GemvScratch, GemvWeights, GpuContext, HC_MIX,
+    HC_STREAMS,
+};
 
 pub struct Workspace {
     pub max_rows: usize,
@@ -27,8 +30,8 @@ pub struct Workspace {
     pub attn: AttnScratch,
     /// Gate logits f32 [rows, E].
     pub gate: CudaSlice<f32>,
-    /// Split-K partial sums of every GEMV (the largest need).
-    pub split: CudaSlice<f32>,
+    /// Split-K partial sums and counters of the runner's GEMVs (gate, shared expert, head).
+    pub gemv: GemvScratch,
     pub ids: CudaSlice<i32>,
     pub wts: CudaSlice<f32>,
     pub group: CudaSlice<i32>,
@@ -64,15 +67,20 @@ impl Workspace {
             cfg.moe_intermediate_size,
         );
         let slots = r * k;
-        let split = [
-            ctx.bf16_gemv_plan(r, e, d)?.workspace_len(),
-            ctx.fp8_gemv_plan(r, i, d)?.workspace_len(),
-            ctx.fp8_gemv_plan(r, d, i)?.workspace_len(),
-            ctx.bf16_gemv_plan(r, cfg.vocab_size, d)?.workspace_len(),
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+        let (sms, fp8, bf) = (
+            ctx.info.sm_count as usize,
+            GemvWeights::Fp8,
+            GemvWeights::Bf16,
+        );
+        // Every GEMV of the step outside the attention block (model.rs, moe.rs).
+        let needs = [
+            gemv_need(sms, r, &[e], d, bf),
+            gemv_need(sms, r, &[i, i], d, fp8),
+            gemv_need(sms, r, &[d], i, fp8),
+            gemv_need(sms, r, &[cfg.vocab_size], d, bf),
+        ];
+        let ws_len = needs.iter().map(|n| n.0).max().unwrap_or(0);
+        let cnt_len = needs.iter().map(|n| n.1).max().unwrap_or(0);
         Ok(Workspace {
             max_rows,
             tokens: zeros(ctx, r)?,
@@ -88,7 +96,7 @@ impl Workspace {
             attn_out: zeros(ctx, r * d)?,
             attn: AttnScratch::new(ctx, cfg, r)?,
             gate: zeros(ctx, r * e)?,
-            split: zeros(ctx, split)?,
+            gemv: GemvScratch::new(&ctx.stream, ws_len, cnt_len)?,
             ids: zeros(ctx, slots)?,
             wts: zeros(ctx, slots)?,
             group: zeros(ctx, moe_group_meta_len(slots))?,

@@ -1,10 +1,11 @@
 //! `act_quant`: per-block FP8 e4m3 quantisation with UE8M0 scales (see cuda/act_quant.cu).
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "act_quant";
 
@@ -37,7 +38,7 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.act_quant);
+        let mut l = Args::new();
         l.arg(&p[0])
             .arg(&nblocks)
             .arg(&gi)
@@ -46,7 +47,7 @@ impl GpuContext {
             .arg(&p[3]);
         // SAFETY: act_quant_bf16(x, nblocks, G, q, scales, deq); callers checked every non-null buffer holds
         // nblocks*G values (x, q, deq) or nblocks scales; null outputs are skipped by the kernel.
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.act_quant, cfg, &mut l) }?;
         Ok(())
     }
 

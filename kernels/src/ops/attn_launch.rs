@@ -1,11 +1,12 @@
 //! Launchers of the attention kernels (`cuda/attn_*.cu`). They check the dimension limits of each kernel;
 //! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
-use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
 
 use super::attn_params::*;
 use super::grid;
-use crate::context::{nt_index, GpuContext};
+use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "attn";
 
@@ -17,21 +18,23 @@ pub(super) fn cfg(grid_dim: (u32, u32, u32), threads: u32, smem: usize) -> Launc
     }
 }
 
-/// Launches `f` with the single by-value argument `p`.
-///
-/// # Safety
-/// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
-pub(super) unsafe fn launch_one<P: DeviceRepr>(
-    stream: &CudaStream,
-    f: &CudaFunction,
-    c: LaunchConfig,
-    p: &P,
-) -> Result<()> {
-    let mut l = stream.launch_builder(f);
-    l.arg(p);
-    // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
-    unsafe { l.launch(c) }?;
-    Ok(())
+impl GpuContext {
+    /// Launches `f` with the single by-value argument `p`.
+    ///
+    /// # Safety
+    /// `p` must match the kernel's parameter struct and every address in it must be valid for the grid.
+    pub(super) unsafe fn launch_one<P: DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        c: LaunchConfig,
+        p: &P,
+    ) -> Result<()> {
+        let mut l = Args::new();
+        l.arg(p);
+        // SAFETY: forwarded from the caller (parameter block matches the kernel, addresses valid).
+        unsafe { self.launch_k(stream, f, c, &mut l) }
+    }
 }
 
 fn pos_i32(what: &'static str, v: i32) -> Result<()> {
@@ -55,42 +58,70 @@ impl GpuContext {
             0,
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.row_prep, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.row_prep, c, p) }
     }
 
+    /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters).
+    ///
     /// # Safety
-    /// `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode) `rows` ints;
-    /// `p.out` the `[rows, nvec, dim]` output or the ring; `p.freqs` `rdim/2` f32.
+    /// For each job: `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode)
+    /// `rows` ints; `p.out` the `[rows, nvec, dim]` output or the ring; `p.freqs` `rdim/2` f32.
     pub unsafe fn launch_attn_vec_prep(
         &self,
         s: &CudaStream,
-        nvec: usize,
         rows: usize,
-        p: &AttnVecPrep,
+        jobs: &[(usize, AttnVecPrep)],
     ) -> Result<()> {
-        check(NAME, p.dim > 0 && p.dim as usize <= VEC_MAX, || {
-            format!("vec_prep dim {}", p.dim)
+        check(NAME, (1..=VEC_PREP_JOBS).contains(&jobs.len()), || {
+            format!("vec_prep jobs {}", jobs.len())
         })?;
-        let c = cfg((grid(NAME, nvec)?, grid(NAME, rows)?, 1), 128, 0);
+        let mut p = AttnVecPrepJobs {
+            njobs: jobs.len() as i32,
+            ..Default::default()
+        };
+        let mut blocks = 0;
+        for (j, (nvec, job)) in jobs.iter().enumerate() {
+            check(
+                NAME,
+                job.dim > 0 && job.dim as usize <= VEC_MAX && *nvec > 0,
+                || format!("vec_prep dim {} nvec {nvec}", job.dim),
+            )?;
+            p.job[j] = *job;
+            p.nvec[j] = i32::try_from(*nvec).unwrap_or(i32::MAX);
+            blocks += nvec;
+        }
+        let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.vec_prep, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.vec_prep, c, &p) }
     }
 
+    /// Up to [`COMPRESS_JOBS`] compressors in one launch.
+    ///
     /// # Safety
-    /// Addresses as documented in attn_compress.cu for `rows` rows (distinct slots).
+    /// Addresses of every job as documented in attn_compress.cu for `rows` rows (distinct slots).
     pub unsafe fn launch_attn_compress(
         &self,
         s: &CudaStream,
         rows: usize,
-        p: &AttnCompress,
+        jobs: &[AttnCompress],
     ) -> Result<()> {
-        check(NAME, p.dc > 0 && p.dc as usize <= VEC_MAX, || {
-            format!("compress dc {}", p.dc)
+        check(NAME, (1..=COMPRESS_JOBS).contains(&jobs.len()), || {
+            format!("compress jobs {}", jobs.len())
         })?;
-        pos_i32("ratio", p.ratio)?;
-        let c = cfg((grid(NAME, rows)?, 1, 1), 256, 0);
+        let mut p = AttnCompressJobs {
+            njobs: jobs.len() as i32,
+            ..Default::default()
+        };
+        for (j, job) in jobs.iter().enumerate() {
+            check(NAME, job.dc > 0 && job.dc as usize <= VEC_MAX, || {
+                format!("compress dc {}", job.dc)
+            })?;
+            pos_i32("ratio", job.ratio)?;
+            p.job[j] = *job;
+        }
+        let c = cfg((grid(NAME, rows)?, grid(NAME, jobs.len())?, 1), 256, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.compress, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.compress, c, &p) }
     }
 
     /// # Safety
@@ -106,12 +137,16 @@ impl GpuContext {
         check(NAME, h > 0 && h <= INDEX_MAX_HEADS, || {
             format!("index heads {h}")
         })?;
-        check(NAME, d > 0 && d <= INDEX_MAX_DIM, || {
-            format!("index dim {d}")
-        })?;
-        let c = cfg((grid(NAME, splits)?, grid(NAME, rows)?, 1), 256, 0);
+        check(
+            NAME,
+            d > 0 && d <= INDEX_MAX_DIM && d.is_multiple_of(32),
+            || format!("index dim {d}"),
+        )?;
+        // 4 warps of 16 entries per block: more blocks than cap / 64 would find no work.
+        let blocks = splits.min((p.cap.max(1) as usize).div_ceil(64)).max(1);
+        let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.index_score, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.index_score, c, p) }
     }
 
     /// # Safety
@@ -125,9 +160,19 @@ impl GpuContext {
         check(NAME, p.k > 0 && p.k as usize <= TOPK_MAX, || {
             format!("topk {}", p.k)
         })?;
-        let c = cfg((grid(NAME, rows)?, 1, 1), 1024, 0);
-        // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.index_topk, c, p) }
+        let cap = p.cap.max(0) as usize;
+        let staged = cap <= TOPK_STAGED_MAX;
+        let q = AttnIndexTopk {
+            staged: i32::from(staged),
+            ..*p
+        };
+        let c = cfg(
+            (grid(NAME, rows)?, 1, 1),
+            1024,
+            if staged { 4 * cap } else { 0 },
+        );
+        // SAFETY: caller's contract; the kernel stages at most cap keys in the shared memory given here.
+        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, &q) }
     }
 
     /// # Safety
@@ -149,11 +194,11 @@ impl GpuContext {
         let hg = (p.heads as usize).div_ceil(SPARSE_HEADS_PER_BLOCK);
         let c = cfg(
             (grid(NAME, splits)?, grid(NAME, hg)?, grid(NAME, rows)?),
-            256,
+            128,
             sparse_smem_bytes(d),
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.sparse_partial, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.sparse_partial, c, p) }
     }
 
     /// # Safety
@@ -180,62 +225,7 @@ impl GpuContext {
             0,
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
-    }
-
-    /// Grouped GEMV (attn_gemv.cu) over the first `groups` entries of `p`, `splits` K splits (see
-    /// [`gemv_splits`]); `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
-    ///
-    /// # Safety
-    /// For g < groups: `p.x[g]` holds `b*k` bf16, `p.w[g]` `n[g]*k` weights (+ `p.s[g]` the UE8M0 scales for
-    /// FP8), `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 / `cnt_len` zeroed u32.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_attn_gemv(
-        &self,
-        s: &CudaStream,
-        wt: GemvWeights,
-        groups: usize,
-        splits: usize,
-        p: &AttnGemv,
-        ws_len: usize,
-        cnt_len: usize,
-    ) -> Result<()> {
-        let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
-        let align = if wt == GemvWeights::Fp8 { 16 } else { 8 };
-        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
-            format!("gemv groups {groups}")
-        })?;
-        check(
-            NAME,
-            (1..=64).contains(&b) && k > 0 && k.is_multiple_of(align) && splits >= 1,
-            || format!("gemv B {b} K {k} splits {splits}"),
-        )?;
-        check(
-            NAME,
-            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
-            || format!("gemv n {:?} nmax {nmax}", &p.n[..groups]),
-        )?;
-        check(
-            NAME,
-            ws_len >= gemv_ws_len(groups, splits, b, nmax)
-                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
-            || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
-        )?;
-        let c = cfg(
-            (
-                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
-                grid(NAME, splits)?,
-                grid(NAME, groups)?,
-            ),
-            256,
-            0,
-        );
-        let f = match wt {
-            GemvWeights::Fp8 => &self.kernels.attn.fp8_gemv[nt_index(b)],
-            GemvWeights::Bf16 => &self.kernels.attn.bf16_gemv[nt_index(b)],
-        };
-        // SAFETY: caller's contract; shapes checked above.
-        unsafe { launch_one(s, f, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.attn.sparse_merge, c, p) }
     }
 
     /// # Safety
@@ -250,10 +240,10 @@ impl GpuContext {
         let blocks = n.div_ceil(256).clamp(1, 4096);
         let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
         let n64 = n as u64;
-        let mut l = s.launch_builder(&self.kernels.attn.fill_f32);
+        let mut l = Args::new();
         l.arg(&ptr).arg(&n64).arg(&value);
         // SAFETY: attn_fill_f32(p, n, value); the caller guarantees ptr holds n f32.
-        unsafe { l.launch(c) }?;
+        unsafe { self.launch_k(s, &self.kernels.attn.fill_f32, c, &mut l) }?;
         Ok(())
     }
 
@@ -273,10 +263,10 @@ impl GpuContext {
         let blocks = n.div_ceil(256).clamp(1, 8192);
         let c = cfg((grid(NAME, blocks)?, 1, 1), 256, 0);
         let n64 = n as u64;
-        let mut l = s.launch_builder(&self.kernels.attn.synth);
+        let mut l = Args::new();
         l.arg(&ptr).arg(&n64).arg(&kind).arg(&seed).arg(&amp);
         // SAFETY: attn_synth(p, n, kind, seed, amp); the caller guarantees ptr holds n elements of the kind.
-        unsafe { l.launch(c) }?;
+        unsafe { self.launch_k(s, &self.kernels.attn.synth, c, &mut l) }?;
         Ok(())
     }
 }

@@ -27,6 +27,8 @@ pub const INDEX_MAX_HEADS: usize = 64;
 pub const INDEX_MAX_DIM: usize = 128;
 /// Largest top-k of `attn_index_topk`.
 pub const TOPK_MAX: usize = 1024;
+/// Most scores per row that `attn_index_topk` stages in shared memory (96 KB; sm_120 allows 99 KB).
+pub const TOPK_STAGED_MAX: usize = 24576;
 /// Largest split count of `attn_sparse_merge`.
 pub const SPLITS_MAX: usize = 64;
 /// Heads per block of `attn_sparse_partial`.
@@ -42,16 +44,14 @@ pub struct AttnKernels {
     pub index_topk: CudaFunction,
     pub sparse_partial: CudaFunction,
     pub sparse_merge: CudaFunction,
-    /// attn_fp8_gemv_nt{1,2,4,8} / attn_bf16_gemv_nt{1,2,4,8} (attn_gemv.cu): grouped, split-K in-kernel.
-    pub fp8_gemv: [CudaFunction; 4],
-    pub bf16_gemv: [CudaFunction; 4],
     pub fill_f32: CudaFunction,
     pub synth: CudaFunction,
 }
 
-/// Dynamic shared memory of `attn_sparse_partial` for head dim `dim` (q of 16 heads + a 32-key tile).
+/// Dynamic shared memory of `attn_sparse_partial` for head dim `dim`: q of 16 heads and a 32-key tile
+/// (rows of dim/2 + 4 words), the 16 x 36 score tile and 3 x 16 softmax floats (cuda/attn_sparse.cu).
 pub fn sparse_smem_bytes(dim: usize) -> usize {
-    4 * (SPARSE_HEADS_PER_BLOCK * dim / 2 + 32 * (dim / 2 + 1))
+    4 * ((SPARSE_HEADS_PER_BLOCK + 32) * (dim / 2 + 4) + SPARSE_HEADS_PER_BLOCK * 36 + 48)
 }
 
 impl AttnKernels {
@@ -61,8 +61,14 @@ impl AttnKernels {
                 .load_function(name)
                 .map_err(|source| KernelError::MissingKernel { name, source })
         };
+        let index_topk = get("attn_index_topk")?;
+        let bytes = i32::try_from(4 * TOPK_STAGED_MAX).unwrap_or(i32::MAX);
+        index_topk.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )?;
         let sparse_partial = get("attn_sparse_partial")?;
-        // 49.3 KB at dim 512: above the 48 KB default, so opt in once here.
+        // 52.4 KB at dim 512: above the 48 KB default, so opt in once here.
         let bytes = i32::try_from(sparse_smem_bytes(VEC_MAX)).unwrap_or(i32::MAX);
         sparse_partial.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -73,21 +79,9 @@ impl AttnKernels {
             vec_prep: get("attn_vec_prep")?,
             compress: get("attn_compress")?,
             index_score: get("attn_index_score")?,
-            index_topk: get("attn_index_topk")?,
+            index_topk,
             sparse_partial,
             sparse_merge: get("attn_sparse_merge")?,
-            fp8_gemv: [
-                get("attn_fp8_gemv_nt1")?,
-                get("attn_fp8_gemv_nt2")?,
-                get("attn_fp8_gemv_nt4")?,
-                get("attn_fp8_gemv_nt8")?,
-            ],
-            bf16_gemv: [
-                get("attn_bf16_gemv_nt1")?,
-                get("attn_bf16_gemv_nt2")?,
-                get("attn_bf16_gemv_nt4")?,
-                get("attn_bf16_gemv_nt8")?,
-            ],
             fill_f32: get("attn_fill_f32")?,
             synth: get("attn_synth")?,
         })
@@ -124,6 +118,30 @@ pub struct AttnVecPrep {
     pub quant: i32,
     pub window: i32,
     pub eps: f32,
+    pub pad: i32,
+}
+
+/// Most jobs of one `attn_vec_prep` launch (q heads, the kv row, the indexer's q heads).
+pub const VEC_PREP_JOBS: usize = 3;
+
+/// The kernel parameter of `attn_vec_prep`: jobs 0..njobs, each over `nvec[j]` vectors.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttnVecPrepJobs {
+    pub job: [AttnVecPrep; VEC_PREP_JOBS],
+    pub nvec: [i32; VEC_PREP_JOBS],
+    pub njobs: i32,
+}
+
+/// Most jobs of one `attn_compress` launch (the attention's and the indexer's compressor).
+pub const COMPRESS_JOBS: usize = 2;
+
+/// The kernel parameter of `attn_compress`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AttnCompressJobs {
+    pub job: [AttnCompress; COMPRESS_JOBS],
+    pub njobs: i32,
     pub pad: i32,
 }
 
@@ -180,7 +198,8 @@ pub struct AttnIndexTopk {
     pub cap: i32,
     pub ratio: i32,
     pub k: i32,
-    pub pad: i32,
+    /// Set by the launcher (whether the keys fit in shared memory); callers leave it 0.
+    pub staged: i32,
 }
 
 #[repr(C)]
@@ -221,64 +240,6 @@ pub struct AttnMerge {
     pub rows: i32,
 }
 
-/// Most groups of one `attn_*_gemv` launch.
-pub const GEMV_GROUPS: usize = 8;
-/// Rows per block of `attn_*_gemv` (the split-K counters count blocks per row tile).
-pub const GEMV_ROW_TILE: usize = 32;
-
-/// Weight format of a grouped GEMV.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GemvWeights {
-    /// e4m3 bytes with UE8M0 128x128 block scales (128-wide K blocks).
-    Fp8,
-    /// bf16 (64-wide K chunks).
-    Bf16,
-}
-
-/// Split-K of a grouped GEMV with `tiles` row tiles in all (sum over groups) and inner dim `k`: about two
-/// blocks per SM, every warp keeping at least one K block. Independent of the batch size.
-pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
-    let kblock = match wt {
-        GemvWeights::Fp8 => 128,
-        GemvWeights::Bf16 => 64,
-    };
-    (2 * sms)
-        .div_ceil(tiles.max(1))
-        .clamp(1, k.div_ceil(kblock).div_ceil(8).max(1))
-}
-
-/// f32 workspace of a grouped GEMV (0 without split).
-pub fn gemv_ws_len(groups: usize, splits: usize, b: usize, nmax: usize) -> usize {
-    if splits > 1 {
-        groups * splits * b * nmax
-    } else {
-        0
-    }
-}
-
-/// Split-K arrival counters of a grouped GEMV (zeroed once; the kernel resets what it uses).
-pub fn gemv_cnt_len(groups: usize, nmax: usize) -> usize {
-    groups * nmax.div_ceil(GEMV_ROW_TILE)
-}
-
-/// Parameters of `attn_fp8_gemv_ntX` / `attn_bf16_gemv_ntX`: per group g < groups, x[g] bf16 [b, k],
-/// w[g] [n[g], k] (+ s[g] scales for FP8), out[g] [b, n[g]] f32 or bf16.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnGemv {
-    pub x: [u64; GEMV_GROUPS],
-    pub w: [u64; GEMV_GROUPS],
-    pub s: [u64; GEMV_GROUPS],
-    pub out: [u64; GEMV_GROUPS],
-    pub ws: u64,
-    pub cnt: u64,
-    pub n: [i32; GEMV_GROUPS],
-    pub b: i32,
-    pub k: i32,
-    pub nmax: i32,
-    pub out_bf16: i32,
-}
-
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnRowPrep in cuda/attn_*.cu; no references.
 unsafe impl DeviceRepr for AttnRowPrep {}
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnVecPrep in cuda/attn_*.cu; no references.
@@ -293,6 +254,8 @@ unsafe impl DeviceRepr for AttnIndexTopk {}
 unsafe impl DeviceRepr for AttnSparse {}
 // SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnMerge in cuda/attn_*.cu; no references.
 unsafe impl DeviceRepr for AttnMerge {}
-// SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct AttnGemv in cuda/attn_gemv.cu; no
+// SAFETY: #[repr(C)] arrays of the structs above and i32s, laid out as the C struct AttnVecPrepJobs; no
 // references.
-unsafe impl DeviceRepr for AttnGemv {}
+unsafe impl DeviceRepr for AttnVecPrepJobs {}
+// SAFETY: #[repr(C)] array of AttnCompress and i32s, laid out as the C struct AttnCompressJobs.
+unsafe impl DeviceRepr for AttnCompressJobs {}

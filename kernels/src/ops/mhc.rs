@@ -1,11 +1,12 @@
 //! mHC launchers (see cuda/mhc.cu): embedding into streams, HCPre/HCHead fused with the following RMSNorm,
 //! HCPost (optionally fused with the MoE output sum).
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "mhc";
 /// Residual streams per token (hc_mult); the kernels are written for 4.
@@ -14,6 +15,8 @@ pub const HC_STREAMS: usize = 4;
 pub const HC_MIX: usize = 24;
 /// Columns of the flat stream vector per partial-sum block (cuda MHC_CHUNK).
 const CHUNK: usize = 128;
+/// Widest row hc_finish keeps in shared memory (cuda MHC_MAX_D).
+const FINISH_MAX_D: usize = 8192;
 
 /// One HCPre (block mixer, `head == false`) or HCHead (`head == true`) plus RMSNorm.
 #[derive(Debug, Clone, Copy)]
@@ -74,11 +77,11 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.embed_streams);
+        let mut l = Args::new();
         l.arg(&ip).arg(&tp).arg(&xp).arg(&di);
         // SAFETY: embed_streams(ids, table, X, D); ids holds rows ids (the caller keeps them < vocab, the
         // table's row count), X holds rows*4*D.
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.embed_streams, cfg, &mut l) }?;
         Ok(())
     }
 
@@ -103,6 +106,9 @@ impl GpuContext {
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
         let di = check_d(d)?;
+        check(NAME, d <= FINISH_MAX_D, || {
+            format!("hc_pre: D = {d} above {FINISH_MAX_D}")
+        })?;
         let nd = HC_STREAMS * d;
         let ok = rows > 0
             && x.len() >= rows * nd
@@ -129,19 +135,26 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.hc_mix_partial[which]);
+        let mut l = Args::new();
         l.arg(&xp).arg(&fp).arg(&wsp).arg(&ri).arg(&ndi);
         // SAFETY: hc_mix_partialM(X, fn, ws, rows, nd); X holds rows*nd, fn M*nd, ws chunks*rows*(M+1).
-        unsafe { l.launch(cfg) }?;
+        unsafe {
+            self.launch_k(
+                stream,
+                &self.kernels.runner.hc_mix_partial[which],
+                cfg,
+                &mut l,
+            )
+        }?;
         let (sp, bp, np) = (ptr(scale, stream), ptr(base, stream), ptr(norm_w, stream));
         let (mp, yp) = (ptr_mut(mix, stream), ptr_mut(y, stream));
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, rows)?, 1, 1),
-            block_dim: (256, 1, 1),
+            block_dim: (288, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.hc_finish[which]);
+        let mut l = Args::new();
         l.arg(&xp)
             .arg(&wsp)
             .arg(&ci)
@@ -158,7 +171,7 @@ impl GpuContext {
             .arg(&qp);
         // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
         // every buffer was checked above (yq null: no quantised copy).
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.hc_finish[which], cfg, &mut l) }?;
         Ok(())
     }
 
@@ -224,12 +237,12 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.hc_post);
+        let mut l = Args::new();
         l.arg(&xp).arg(&mp).arg(&f[0]).arg(&f[1]).arg(&f[2]);
         l.arg(&di).arg(&topk).arg(&mode);
         // SAFETY: hc_post(X, mix, f_bf16, ys, ysh, D, topk, mode); X and mix checked here, the f source of
         // the mode by the caller; the unused pointers are null and never read.
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.hc_post, cfg, &mut l) }?;
         Ok(())
     }
 }

@@ -2,12 +2,11 @@
 //! stream. Device buffers are passed as anything cudarc can give a device pointer for (CudaSlice, CudaView,
 //! CudaViewMut), so callers can hand in slices of larger buffers.
 pub mod act_quant;
-pub mod bf16_gemv;
 // attention kernels
 pub mod attn_launch;
 pub mod attn_params;
 pub mod fp4_expert;
-pub mod fp8_gemv;
+pub mod gemv;
 pub mod mhc;
 pub mod moe_route;
 // batched prefill kernels

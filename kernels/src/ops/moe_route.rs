@@ -1,10 +1,11 @@
 //! MoE routing, SwiGLU and FP8 fake-quantisation launchers (see cuda/moe_route.cu).
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "moe_route";
 
@@ -74,12 +75,12 @@ impl GpuContext {
             block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.moe_route);
+        let mut l = Args::new();
         l.arg(&lp).arg(&bias).arg(&table).arg(&tokens);
         l.arg(&ei).arg(&ki).arg(&s.route_scale).arg(&ip).arg(&wp);
         // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked above;
         // tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.moe_route, cfg, &mut l) }?;
         Ok(())
     }
 
@@ -121,7 +122,7 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.moe_swiglu);
+        let mut l = Args::new();
         l.arg(&gp)
             .arg(&up)
             .arg(&wp)
@@ -131,7 +132,7 @@ impl GpuContext {
             .arg(&limit)
             .arg(&qi);
         // SAFETY: moe_swiglu(g, u, wt, out, S, I, limit, quant); lengths checked above (wt may be null).
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.moe_swiglu, cfg, &mut l) }?;
         Ok(())
     }
 
@@ -158,10 +159,10 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.runner.fake_quant_rows);
+        let mut l = Args::new();
         l.arg(&xp).arg(&op).arg(&ri).arg(&di);
         // SAFETY: fake_quant_rows(x, out, rows, D); both hold rows*D (checked).
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.runner.fake_quant_rows, cfg, &mut l) }?;
         Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
 use cudarc::driver::CudaStream;
 
-use super::attn_launch::{cfg, launch_one};
+use super::attn_launch::cfg;
 use super::grid;
 use super::prefill_params::*;
 use crate::context::GpuContext;
@@ -67,7 +67,7 @@ impl GpuContext {
             PfWeights::Fp4Expert => &self.kernels.prefill.gemm_fp4_expert[i],
         };
         // SAFETY: caller's contract; shapes checked above.
-        unsafe { launch_one(s, f, c, p) }
+        unsafe { self.launch_one(s, f, c, p) }
     }
 
     /// Sparse attention of `p.rows` query rows (prefill_attn.cu).
@@ -100,7 +100,7 @@ impl GpuContext {
             pf_attn_smem(d),
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.attn[i], c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.attn[i], c, p) }
     }
 
     /// Indexer scores of rows `p.row_begin .. p.row_begin + rows` with `splits` blocks per row.
@@ -124,7 +124,7 @@ impl GpuContext {
             pf_index_smem(p.dim as usize),
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.index_score[i], c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.index_score[i], c, p) }
     }
 
     /// Pools `jobs` compressed entries (prefill_state.cu).
@@ -145,7 +145,7 @@ impl GpuContext {
         }
         let c = cfg((grid(NAME, jobs)?, 1, 1), 256, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.compress_pool, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.compress_pool, c, p) }
     }
 
     /// Updates the compressor state rows of `segments` segments (prefill_state.cu).
@@ -168,7 +168,7 @@ impl GpuContext {
             0,
         );
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.compress_state, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.compress_state, c, p) }
     }
 
     /// Writes the window ring rows of `rows` rows (prefill_state.cu).
@@ -186,7 +186,7 @@ impl GpuContext {
         })?;
         let c = cfg((grid(NAME, rows)?, 1, 1), 64, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.ring_write, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.ring_write, c, p) }
     }
 
     /// Groups `p.slots` expert slots into row tiles of `p.bm` (prefill_state.cu).
@@ -202,7 +202,7 @@ impl GpuContext {
         )?;
         let c = cfg((1, 1, 1), 1024, 0);
         // SAFETY: caller's contract.
-        unsafe { launch_one(s, &self.kernels.prefill.moe_group, c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.moe_group, c, p) }
     }
 }
 

@@ -1,10 +1,11 @@
 //! `rmsnorm`: y = bf16(w * x * (mean(x^2) + eps)^-1/2) per row (see cuda/rmsnorm.cu).
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
+use crate::launch::Args;
 
 const NAME: &str = "rmsnorm";
 
@@ -35,10 +36,10 @@ impl GpuContext {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut l = stream.launch_builder(&self.kernels.rmsnorm);
+        let mut l = Args::new();
         l.arg(&xp).arg(&wp).arg(&yp).arg(&di).arg(&eps);
         // SAFETY: rmsnorm_bf16(x, w, y, D, eps) with grid = rows; x, y hold rows*D and w holds D (checked).
-        unsafe { l.launch(cfg) }?;
+        unsafe { self.launch_k(stream, &self.kernels.rmsnorm, cfg, &mut l) }?;
         Ok(())
     }
 }

@@ -1,4 +1,4 @@
-//! The model runner's kernels (mhc.cu, moe_route.cu, bf16_gemv.cu, sample*.cu, synth.cu), resolved once.
+//! The model runner's kernels (mhc.cu, moe_route.cu, sample*.cu, synth.cu), resolved once.
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule};
@@ -17,8 +17,6 @@ pub struct RunnerKernels {
     pub moe_route: CudaFunction,
     pub moe_swiglu: CudaFunction,
     pub fake_quant_rows: CudaFunction,
-    /// bf16_gemv_nt{1,2,4,8}.
-    pub bf16_gemv: [CudaFunction; 4],
     pub argmax_rows: CudaFunction,
     pub sample_rows: CudaFunction,
     pub synth_fill: CudaFunction,
@@ -39,12 +37,6 @@ impl RunnerKernels {
             moe_route: get("moe_route")?,
             moe_swiglu: get("moe_swiglu")?,
             fake_quant_rows: get("fake_quant_rows")?,
-            bf16_gemv: [
-                get("bf16_gemv_nt1")?,
-                get("bf16_gemv_nt2")?,
-                get("bf16_gemv_nt4")?,
-                get("bf16_gemv_nt8")?,
-            ],
             argmax_rows: get("argmax_rows")?,
             sample_rows: get("sample_rows")?,
             synth_fill: get("synth_fill")?,

@@ -1,5 +1,5 @@
 use dsv4_kernels::reference;
-use dsv4_kernels::GemvOut;
+use dsv4_kernels::{GemvOut, GemvScratch, GemvWeights};
 
 use crate::common::*;
 
@@ -14,6 +14,26 @@ const SHAPES: [(usize, usize, usize); 7] = [
     (33, 1000, 1024),
 ];
 
+/// Worst error relative to the bound 1e-5 * sum|x*w| (f32 accumulation error grows with it; 1e-5 is ~100
+/// f32 ulps) plus half an ulp of the value for a bf16 output (2^-9 relative); panics above 1.
+fn assert_within(what: &str, got: &[f32], want: &[f32], mag: &[f32], bf16_out: bool) -> f32 {
+    let (worst, at) = worst_ratio(got, want, |i| {
+        let rnd = if bf16_out {
+            want[i].abs() * 2f32.powi(-8)
+        } else {
+            0.0
+        };
+        1e-5 * mag[i] + rnd + 1e-30
+    });
+    assert!(
+        worst <= 1.0,
+        "{what}: element {at} got {} want {}",
+        got[at],
+        want[at]
+    );
+    worst
+}
+
 fn run_case(
     g: &dsv4_kernels::GpuContext,
     seed: u64,
@@ -25,38 +45,38 @@ fn run_case(
     let w = rand_e4m3(&mut r, n * k);
     let s = rand_exponents(&mut r, n.div_ceil(128) * k.div_ceil(128), 100, 134);
     let want = reference::fp8_gemv(&x, &w, &s, b, n, k);
-    let plan = g.fp8_gemv_plan(b, n, k).expect("plan");
+    let plan = g.gemv_plan(GemvWeights::Fp8, b, n, k).expect("plan");
     let (dx, dw, ds) = (upload(g, &x), upload(g, &w), upload(g, &s));
-    let mut ws = upload(g, &vec![f32::NAN; plan.workspace_len().max(1)]);
+    let mut ws =
+        GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len()).expect("scratch");
     let got: Vec<f32> = if bf16_out {
         let mut y = upload(g, &vec![dsv4_kernels::bf16::NAN; b * n]);
-        g.launch_fp8_gemv(
+        g.launch_gemv_fp8(
             &g.stream,
             &plan,
             &dx,
             &dw,
             &ds,
             GemvOut::bf16(&mut y, &g.stream),
-            Some(&mut ws),
+            &mut ws,
         )
         .expect("launch");
         download(g, &y).iter().map(|v| v.to_f32()).collect()
     } else {
         let mut y = upload(g, &vec![f32::NAN; b * n]);
-        g.launch_fp8_gemv(
+        g.launch_gemv_fp8(
             &g.stream,
             &plan,
             &dx,
             &dw,
             &ds,
             GemvOut::f32(&mut y, &g.stream),
-            Some(&mut ws),
+            &mut ws,
         )
         .expect("launch");
         download(g, &y)
     };
-    // Bound: f32 accumulation error grows with sum |x*w| (1e-5 of it is ~100 f32 ulps); a bf16 output adds
-    // half an ulp of the value (2^-9 relative).
+    // The scale of the f32 accumulation error: sum |x*w|.
     let absum: Vec<f32> = (0..b * n)
         .map(|i| {
             let (bi, row) = (i / n, i % n);
@@ -69,24 +89,19 @@ fn run_case(
                 .sum()
         })
         .collect();
-    let (worst, at) = worst_ratio(&got, &want, |i| {
-        let rnd = if bf16_out {
-            want[i].abs() * 2f32.powi(-8)
-        } else {
-            0.0
-        };
-        1e-5 * absum[i] + rnd + 1e-30
-    });
+    let what = format!(
+        "fp8 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+        plan.splits
+    );
+    let worst = assert_within(&what, &got, &want, &absum, bf16_out);
     println!(
-        "fp8_gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
-        plan.splits,
+        "{what}: rel_l2 {:.2e}, worst/bound {worst:.3}",
         rel_l2(&got, &want)
     );
+    let cnt = download(g, &ws.cnt);
     assert!(
-        worst <= 1.0,
-        "b={b} n={n} k={k}: element {at} got {} want {}",
-        got[at],
-        want[at]
+        cnt.iter().all(|&c| c == 0),
+        "split-K counters left non-zero"
     );
 }
 
@@ -99,10 +114,74 @@ fn fp8_gemv_matches_reference() {
     run_case(&g, 200, (5, 384, 1024), true);
 }
 
+/// bf16 weights: split and unsplit plans, awkward N and K (K % 64 != 0), both output types, twice on the
+/// same scratch (the second launch relies on the counters the first reset), against f64 on the CPU.
 #[test]
-fn fp8_gemv_rejects_bad_shapes() {
+fn bf16_gemv_matches_reference() {
+    let Some(ctx) = gpu() else { return };
+    let g = &ctx;
+    for (i, &(b, n, k)) in [
+        (1usize, 256usize, 4096usize),
+        (7, 77, 264),
+        (64, 1000, 1032),
+        (9, 4100, 512),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut r = rng(300 + i as u64);
+        let x = rand_bf16(&mut r, b * k);
+        let w = rand_bf16(&mut r, n * k);
+        let plan = g.gemv_plan(GemvWeights::Bf16, b, n, k).expect("plan");
+        let (dx, dw) = (upload(g, &x), upload(g, &w));
+        let mut ws = GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len())
+            .expect("scratch");
+        let bf16_out = i % 2 == 1;
+        let mut yf = upload(g, &vec![f32::NAN; b * n]);
+        let mut yb = upload(g, &vec![dsv4_kernels::bf16::NAN; b * n]);
+        for _ in 0..2 {
+            let out = if bf16_out {
+                GemvOut::bf16(&mut yb, &g.stream)
+            } else {
+                GemvOut::f32(&mut yf, &g.stream)
+            };
+            g.launch_gemv_bf16(&g.stream, &plan, &dx, &dw, out, &mut ws)
+                .expect("launch");
+        }
+        let got: Vec<f32> = if bf16_out {
+            download(g, &yb).iter().map(|v| v.to_f32()).collect()
+        } else {
+            download(g, &yf)
+        };
+        let (mut want, mut mag) = (vec![0f32; b * n], vec![0f32; b * n]);
+        for bi in 0..b {
+            for row in 0..n {
+                let (mut acc, mut m) = (0f64, 0f64);
+                for j in 0..k {
+                    let t = x[bi * k + j].to_f64() * w[row * k + j].to_f64();
+                    acc += t;
+                    m += t.abs();
+                }
+                want[bi * n + row] = acc as f32;
+                mag[bi * n + row] = m as f32;
+            }
+        }
+        let what = format!(
+            "bf16 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+            plan.splits
+        );
+        let worst = assert_within(&what, &got, &want, &mag, bf16_out);
+        println!("{what}: worst/bound {worst:.3}");
+        assert!(download(g, &ws.cnt).iter().all(|&c| c == 0));
+    }
+}
+
+#[test]
+fn gemv_rejects_bad_shapes() {
     let Some(g) = gpu() else { return };
-    assert!(g.fp8_gemv_plan(0, 128, 128).is_err());
-    assert!(g.fp8_gemv_plan(65, 128, 128).is_err());
-    assert!(g.fp8_gemv_plan(1, 128, 100).is_err());
+    let fp8 = GemvWeights::Fp8;
+    assert!(g.gemv_plan(fp8, 0, 128, 128).is_err());
+    assert!(g.gemv_plan(fp8, 65, 128, 128).is_err());
+    assert!(g.gemv_plan(fp8, 1, 128, 100).is_err());
+    assert!(g.gemv_plan(GemvWeights::Bf16, 1, 128, 100).is_err());
 }

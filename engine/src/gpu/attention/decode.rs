@@ -15,6 +15,7 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{GemvWeights, GEMV_GROUPS};
 use std::cell::RefCell;
 
 /// FP8 activation-quant block of the official numerics.
@@ -174,11 +175,7 @@ fn heads(
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
     project(st, layer, state, a, sc)?;
-    let proj = dptr(&sc.proj, st.s);
-    if let (Some(c), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
-        stages::compress(st, c, cache, layer, proj, QUANT_Q8_NOPE)?;
-        st.mark("compress")?;
-    }
+    stages::compress(st, layer, state, dptr(&sc.proj, st.s))?;
     stages::indexer(st, layer, state, sc)?;
     stages::attend(st, layer, state, sc)
 }
@@ -275,11 +272,6 @@ fn project(
         x_stride: hd as i32,
         ..base
     };
-    // SAFETY: q_f32 / q hold rows x heads x head_dim; positions rows ints.
-    unsafe {
-        st.ctx
-            .launch_attn_vec_prep(s, cfg.num_attention_heads, rows, &q)
-    }?;
     let kv = AttnVecPrep {
         x: dptr(&sc.kv_f32, s),
         norm_w: dptr(&layer.kv_norm, s),
@@ -290,8 +282,32 @@ fn project(
         window: state.window as i32,
         ..base
     };
-    // SAFETY: kv_f32 holds rows x head_dim; ring is [slots, window, head_dim] and meta slots < slots.
-    unsafe { st.ctx.launch_attn_vec_prep(s, 1, rows, &kv) }?;
+    let mut jobs = [
+        (cfg.num_attention_heads, q),
+        (1, kv),
+        (0, AttnVecPrep::default()),
+    ];
+    let mut n = 2;
+    if layer.index.is_some() {
+        // The indexer's queries (iq_f32 came with wq_b): no norm, Hadamard + Q4 in official numerics.
+        let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+        let iq = AttnVecPrep {
+            x: dptr(&sc.iq_f32, s),
+            freqs: dptr(&layer.freqs, s),
+            positions: st.positions,
+            out: dptr_mut(&mut sc.iq, s),
+            x_stride: (ih * id) as i32,
+            dim: id as i32,
+            rdim: cfg.qk_rope_head_dim as i32,
+            quant: st.quant(QUANT_HAD_Q4),
+            ..Default::default()
+        };
+        jobs[2] = (ih, iq);
+        n = 3;
+    }
+    // SAFETY: q_f32 / q hold rows x heads x head_dim; kv_f32 rows x head_dim and the ring is [slots, window,
+    // head_dim] with meta slots < slots; iq_f32 / iq rows x index heads x index dim; positions rows ints.
+    unsafe { st.ctx.launch_attn_vec_prep(s, rows, &jobs[..n]) }?;
     st.mark("q/kv prep")?;
     if let Some(lin) = &layer.lin {
         // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16.

@@ -19,9 +19,11 @@ pub use decode::{decode, decode_heads, decode_profiled};
 pub use error::GpuError;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
 pub use rope::rope_freqs;
+pub(crate) use scratch::gemv_need;
 pub use scratch::{AttnScratch, MAX_ROWS};
 pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
 pub use step::StageMarks;
+pub(crate) use step::{grouped_gemv, Job};
 
 use dsv4_kernels::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 

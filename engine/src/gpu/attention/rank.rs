@@ -16,6 +16,7 @@ use crate::api::Numerics;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{GemvWeights, GEMV_GROUPS};
 use std::ops::Range;
 
 /// FP8 activation-quant block of the official numerics.

@@ -2,12 +2,12 @@
 //! `decode`, so a captured graph replays with the same addresses).
 use super::error::{ensure, GpuError};
 use crate::model::ModelConfig;
-use dsv4_kernels::attn::{
-    gemv_cnt_len, gemv_splits, gemv_ws_len, GemvWeights, GEMV_ROW_TILE, SPARSE_HEADS_PER_BLOCK,
-    SPLITS_MAX,
-};
+use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{
+    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvScratch, GemvWeights, GpuContext,
+    GEMV_ROW_TILE,
+};
 
 /// Largest batch of `fp8_gemv`.
 pub const MAX_ROWS: usize = 64;
@@ -34,14 +34,18 @@ pub struct AttnScratch {
     pub o: CudaSlice<bf16>,
     pub u_f32: CudaSlice<f32>,
     pub u: CudaSlice<bf16>,
-    /// Split-K partials of the grouped GEMVs.
-    pub ws: CudaSlice<f32>,
-    /// Split-K arrival counters of the grouped GEMVs (zero between launches).
-    pub(crate) cnt: CudaSlice<u32>,
+    /// Split-K partials and arrival counters of the grouped GEMVs (counters zero between launches).
+    pub gemv: GemvScratch,
 }
 
 /// Workspace and counter lengths of one grouped GEMV over groups of `ns` rows at batch `rows`.
-fn gemv_need(sms: usize, rows: usize, ns: &[usize], k: usize, wt: GemvWeights) -> (usize, usize) {
+pub(crate) fn gemv_need(
+    sms: usize,
+    rows: usize,
+    ns: &[usize],
+    k: usize,
+    wt: GemvWeights,
+) -> (usize, usize) {
     let tiles = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let nmax = ns.iter().copied().max().unwrap_or(0);
     let splits = gemv_splits(sms, tiles, k, wt);
@@ -115,8 +119,7 @@ impl AttnScratch {
             o: s.alloc_zeros(r * hd)?,
             u_f32: s.alloc_zeros(r * lora)?,
             u: s.alloc_zeros(r * lora)?,
-            ws: s.alloc_zeros(ws)?,
-            cnt: s.alloc_zeros(cnt)?,
+            gemv: GemvScratch::new(s, ws, cnt)?,
         })
     }
 }

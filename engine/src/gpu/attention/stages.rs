@@ -8,16 +8,16 @@ use super::step::Step;
 use super::{dptr, dptr_mut};
 use dsv4_kernels::attn::*;
 
-/// Pushes this step's tokens into a compressor (see attn_compress.cu).
-pub(super) fn compress(
+/// The parameters of one compressor (see attn_compress.cu).
+fn compress_job(
     st: &Step<'_>,
     c: &CompressorDev,
     cache: &mut CompCache,
     layer: &AttnLayer,
     proj: u64,
     quant: i32,
-) -> Result<(), GpuError> {
-    let p = AttnCompress {
+) -> AttnCompress {
+    AttnCompress {
         proj,
         ape: dptr(&c.ape, st.s),
         norm_w: dptr(&c.norm, st.s),
@@ -37,11 +37,34 @@ pub(super) fn compress(
         quant: st.quant(quant),
         cap: cache.cap as i32,
         eps: st.cfg.rms_norm_eps,
-    };
+    }
+}
+
+/// Pushes this step's tokens into the layer's compressors (the attention's and, CSA, the indexer's keys):
+/// one launch. Both come before scoring and attention (an entry completed by this token is visible to it).
+pub(super) fn compress(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    proj: u64,
+) -> Result<(), GpuError> {
+    let mut jobs = [AttnCompress::default(); COMPRESS_JOBS];
+    let mut n = 0;
+    if let (Some(c), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
+        jobs[n] = compress_job(st, c, cache, layer, proj, QUANT_Q8_NOPE);
+        n += 1;
+    }
+    if let (Some(ix), Some(keys)) = (&layer.index, state.index.as_mut()) {
+        jobs[n] = compress_job(st, &ix.comp, keys, layer, proj, QUANT_HAD_Q4);
+        n += 1;
+    }
+    if n == 0 {
+        return Ok(());
+    }
     // SAFETY: proj holds rows x lin_rows f32 (scratch.proj, checked), ape/norm/freqs are the layer's, the
     // state and cache buffers are [slots, ...] of this layer kind, meta holds `rows` slots < state.slots.
-    unsafe { st.ctx.launch_attn_compress(st.s, st.rows, &p) }?;
-    Ok(())
+    unsafe { st.ctx.launch_attn_compress(st.s, st.rows, &jobs[..n]) }?;
+    st.mark("compress")
 }
 
 /// CSA: indexer keys, queries, scores over the live entries, top-k into `sc.sel`.
@@ -57,24 +80,8 @@ pub(super) fn indexer(
         return Ok(());
     };
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
-    compress(st, &ix.comp, keys, layer, dptr(&sc.proj, s), QUANT_HAD_Q4)?;
-    st.mark("index compress")?;
-    // iq_f32 came with wq_b (one grouped GEMV in project).
+    // The keys were compressed and the queries prepared with the attention's (compress, project).
     let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
-    let p = AttnVecPrep {
-        x: dptr(&sc.iq_f32, s),
-        freqs: dptr(&layer.freqs, s),
-        positions: st.positions,
-        out: dptr_mut(&mut sc.iq, s),
-        x_stride: (ih * id) as i32,
-        dim: id as i32,
-        rdim: cfg.qk_rope_head_dim as i32,
-        quant: st.quant(QUANT_HAD_Q4),
-        ..Default::default()
-    };
-    // SAFETY: iq_f32 / iq hold rows x ih x id.
-    unsafe { st.ctx.launch_attn_vec_prep(s, ih, rows, &p) }?;
-    st.mark("index q prep")?;
     let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
     let p = AttnIndexScore {
         q: dptr(&sc.iq, s),
@@ -106,7 +113,7 @@ pub(super) fn indexer(
         cap,
         ratio: ix.comp.ratio as i32,
         k,
-        pad: 0,
+        staged: 0,
     };
     // SAFETY: scores [slots, cap]; sel holds max_rows x index_topk ints.
     unsafe { st.ctx.launch_attn_index_topk(s, rows, &p) }?;

@@ -4,9 +4,11 @@ use super::layer::Fp8Linear;
 use super::scratch::AttnScratch;
 use super::{dptr, dptr_mut};
 use crate::model::ModelConfig;
-use dsv4_kernels::attn::*;
+use dsv4_kernels::attn::QUANT_NONE;
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaStream};
-use dsv4_kernels::GpuContext;
+use dsv4_kernels::{
+    gemv_splits, GemvParams, GemvScratch, GemvWeights, GpuContext, GEMV_GROUPS, GEMV_ROW_TILE,
+};
 use std::cell::RefCell;
 
 /// Named CUDA events recorded after each stage by [`decode_profiled`].
@@ -15,7 +17,7 @@ pub type StageMarks = Vec<(&'static str, CudaEvent)>;
 /// One group of a grouped GEMV: device addresses of x `[rows, k]` bf16, the weight (and its FP8 scales), the
 /// output `[rows, n]`.
 #[derive(Clone, Copy, Default)]
-pub(super) struct Job {
+pub(crate) struct Job {
     pub x: u64,
     pub w: u64,
     pub s: u64,
@@ -24,7 +26,7 @@ pub(super) struct Job {
 }
 
 impl Job {
-    pub(super) fn fp8(w: &Fp8Linear, x: u64, out: u64, s: &CudaStream) -> Job {
+    pub(crate) fn fp8(w: &Fp8Linear, x: u64, out: u64, s: &CudaStream) -> Job {
         Job {
             x,
             w: dptr(&w.w, s),
@@ -60,7 +62,7 @@ impl Step<'_> {
         Ok(())
     }
 
-    /// One grouped GEMV (attn_gemv.cu) over `jobs` sharing the inner dim `k`.
+    /// One grouped GEMV (gemv.cu) over `jobs` sharing the inner dim `k`.
     pub(super) fn gemv(
         &self,
         wt: GemvWeights,
@@ -69,34 +71,16 @@ impl Step<'_> {
         jobs: &[Job],
         sc: &mut AttnScratch,
     ) -> Result<(), GpuError> {
-        ensure(!jobs.is_empty() && jobs.len() <= GEMV_GROUPS, || {
-            format!("{} GEMV groups (1..={GEMV_GROUPS})", jobs.len())
-        })?;
-        let mut p = AttnGemv {
-            b: self.rows as i32,
-            k: k as i32,
-            out_bf16: i32::from(out_bf16),
-            ws: dptr_mut(&mut sc.ws, self.s),
-            cnt: dptr_mut(&mut sc.cnt, self.s),
-            ..Default::default()
-        };
-        let (mut tiles, mut nmax) = (0, 0);
-        for (g, j) in jobs.iter().enumerate() {
-            (p.x[g], p.w[g], p.s[g], p.out[g]) = (j.x, j.w, j.s, j.out);
-            p.n[g] = j.n as i32;
-            tiles += j.n.div_ceil(GEMV_ROW_TILE);
-            nmax = nmax.max(j.n);
-        }
-        p.nmax = nmax as i32;
-        let splits = gemv_splits(self.ctx.info.sm_count as usize, tiles, k, wt);
-        let (ws_len, cnt_len) = (sc.ws.len(), sc.cnt.len());
-        // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
-        // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
-        unsafe {
-            self.ctx
-                .launch_attn_gemv(self.s, wt, jobs.len(), splits, &p, ws_len, cnt_len)
-        }?;
-        Ok(())
+        grouped_gemv(
+            self.ctx,
+            self.s,
+            self.rows,
+            wt,
+            k,
+            out_bf16,
+            jobs,
+            &mut sc.gemv,
+        )
     }
 
     pub(super) fn quant(&self, q: i32) -> i32 {
@@ -106,4 +90,44 @@ impl Step<'_> {
             QUANT_NONE
         }
     }
+}
+
+/// One grouped GEMV (gemv.cu) over `jobs` sharing the batch `rows` and inner dim `k`, split-K planned by
+/// [`gemv_splits`] from the device's SM count and reduced in the kernel through `scratch`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grouped_gemv(
+    ctx: &GpuContext,
+    s: &CudaStream,
+    rows: usize,
+    wt: GemvWeights,
+    k: usize,
+    out_bf16: bool,
+    jobs: &[Job],
+    scratch: &mut GemvScratch,
+) -> Result<(), GpuError> {
+    ensure(!jobs.is_empty() && jobs.len() <= GEMV_GROUPS, || {
+        format!("{} GEMV groups (1..={GEMV_GROUPS})", jobs.len())
+    })?;
+    let mut p = GemvParams {
+        b: rows as i32,
+        k: k as i32,
+        out_bf16: i32::from(out_bf16),
+        ws: dptr_mut(&mut scratch.ws, s),
+        cnt: dptr_mut(&mut scratch.cnt, s),
+        ..Default::default()
+    };
+    let (mut tiles, mut nmax) = (0, 0);
+    for (g, j) in jobs.iter().enumerate() {
+        (p.x[g], p.w[g], p.s[g], p.out[g]) = (j.x, j.w, j.s, j.out);
+        p.n[g] = j.n as i32;
+        tiles += j.n.div_ceil(GEMV_ROW_TILE);
+        nmax = nmax.max(j.n);
+    }
+    p.nmax = nmax as i32;
+    let splits = gemv_splits(ctx.info.sm_count as usize, tiles, k, wt);
+    let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
+    // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
+    // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
+    unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, &p, ws_len, cnt_len) }?;
+    Ok(())
 }

@@ -174,7 +174,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     // SAFETY: q_f32 / q hold rows x heads x head_dim; positions rows ints.
     unsafe {
         c.ctx
-            .launch_attn_vec_prep(s, cfg.num_attention_heads, rows, &q)
+            .launch_attn_vec_prep(s, rows, &[(cfg.num_attention_heads, q)])
     }?;
     let kv = AttnVecPrep {
         x: dptr(&b.kv_f32, s),
@@ -185,7 +185,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         ..base
     };
     // SAFETY: kv_f32 / kv hold rows x head_dim (window 0: row-major output, not the ring).
-    unsafe { c.ctx.launch_attn_vec_prep(s, 1, rows, &kv) }?;
+    unsafe { c.ctx.launch_attn_vec_prep(s, rows, &[(1, kv)]) }?;
     if let Some(lin) = &layer.lin {
         // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16, as in decode.
         let job = Job::bf16(
@@ -267,7 +267,7 @@ fn indexer(
         ..Default::default()
     };
     // SAFETY: iq_f32 / iq hold rows x ih x id; positions rows ints.
-    unsafe { c.ctx.launch_attn_vec_prep(s, ih, rows, &p) }?;
+    unsafe { c.ctx.launch_attn_vec_prep(s, rows, &[(ih, p)]) }?;
     let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
     for g in &c.plan.score_groups {
         let sp = PfIndexScore {
@@ -297,7 +297,7 @@ fn indexer(
             cap,
             ratio: ix.comp.ratio as i32,
             k,
-            pad: 0,
+            staged: 0,
         };
         // SAFETY: row i of the group reads score row rowid[i] = i of `scores` (cap wide) and its position,
         // and writes k ints of sel at row g.begin + i.

@@ -1,0 +1,358 @@
+//! Decode GEMVs (see cuda/gemv.cu): FP8 or bf16 weights, one to [`GEMV_GROUPS`] matrices per launch,
+//! split-K reduced inside the kernel. One split planner ([`gemv_splits`]) serves every caller.
+use std::marker::PhantomData;
+
+use cudarc::driver::{
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig,
+};
+use half::bf16;
+use std::sync::Arc;
+
+use super::{grid, ptr, ptr_mut};
+use crate::context::{nt_index, GpuContext};
+use crate::error::{check, KernelError, Result};
+use crate::launch::Args;
+
+const NAME: &str = "gemv";
+
+/// Most groups of one launch.
+pub const GEMV_GROUPS: usize = 8;
+/// Rows per block (the split-K counters count blocks per row tile).
+pub const GEMV_ROW_TILE: usize = 32;
+
+/// Weight format of a GEMV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemvWeights {
+    /// e4m3 bytes with UE8M0 128x128 block scales.
+    Fp8,
+    /// bf16.
+    Bf16,
+}
+
+impl GemvWeights {
+    /// K alignment the kernel needs (16-byte rows).
+    fn k_align(self) -> usize {
+        match self {
+            GemvWeights::Fp8 => 16,
+            GemvWeights::Bf16 => 8,
+        }
+    }
+
+    /// K values per 128-byte step of one warp.
+    fn k_step(self) -> usize {
+        match self {
+            GemvWeights::Fp8 => 128,
+            GemvWeights::Bf16 => 64,
+        }
+    }
+}
+
+/// Split-K of a launch with `tiles` row tiles in all (sum over groups) and inner dim `k`: about two
+/// blocks per SM (from the device's SM count), every warp keeping at least one K step. Independent of
+/// the batch size.
+pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
+    (2 * sms)
+        .div_ceil(tiles.max(1))
+        .clamp(1, k.div_ceil(wt.k_step()).div_ceil(8).max(1))
+}
+
+/// f32 workspace of a launch (0 without split).
+pub fn gemv_ws_len(groups: usize, splits: usize, b: usize, nmax: usize) -> usize {
+    if splits > 1 {
+        groups * splits * b * nmax
+    } else {
+        0
+    }
+}
+
+/// Split-K arrival counters of a launch (zeroed once; the kernel resets what it uses).
+pub fn gemv_cnt_len(groups: usize, nmax: usize) -> usize {
+    groups * nmax.div_ceil(GEMV_ROW_TILE)
+}
+
+/// Output buffer of a GEMV-like kernel: f32 or bf16, row-major. Holds the mutable borrow of the buffer.
+pub struct GemvOut<'a> {
+    pub(crate) ptr: u64,
+    pub(crate) len: usize,
+    pub(crate) bf16: i32,
+    _borrow: PhantomData<&'a mut ()>,
+}
+
+impl<'a> GemvOut<'a> {
+    pub fn f32(buf: &'a mut impl DevicePtrMut<f32>, stream: &CudaStream) -> Self {
+        GemvOut {
+            len: buf.len(),
+            ptr: ptr_mut(buf, stream),
+            bf16: 0,
+            _borrow: PhantomData,
+        }
+    }
+    pub fn bf16(buf: &'a mut impl DevicePtrMut<bf16>, stream: &CudaStream) -> Self {
+        GemvOut {
+            len: buf.len(),
+            ptr: ptr_mut(buf, stream),
+            bf16: 1,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// Shape and split-K of one single-matrix GEMV. Build with [`GpuContext::gemv_plan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemvPlan {
+    pub wt: GemvWeights,
+    pub b: usize,
+    pub n: usize,
+    pub k: usize,
+    pub splits: usize,
+}
+
+impl GemvPlan {
+    /// f32 workspace the launch needs (0: none).
+    pub fn workspace_len(&self) -> usize {
+        gemv_ws_len(1, self.splits, self.b, self.n)
+    }
+    /// Split-K counters the launch needs.
+    pub fn counters_len(&self) -> usize {
+        gemv_cnt_len(1, self.n)
+    }
+}
+
+/// Split-K workspace and arrival counters (zeroed at creation; every launch leaves them zero).
+pub struct GemvScratch {
+    pub ws: CudaSlice<f32>,
+    pub cnt: CudaSlice<u32>,
+}
+
+impl GemvScratch {
+    pub fn new(stream: &Arc<CudaStream>, ws_len: usize, cnt_len: usize) -> Result<Self> {
+        Ok(GemvScratch {
+            ws: stream.alloc_zeros(ws_len.max(1))?,
+            cnt: stream.alloc_zeros(cnt_len.max(1))?,
+        })
+    }
+}
+
+/// Parameters of `gemv_fp8_ntX` / `gemv_bf16_ntX`: per group g < groups, x[g] bf16 [b, k], w[g] [n[g], k]
+/// (+ s[g] scales for FP8), out[g] [b, n[g]] f32 or bf16. Mirrors the C struct GemvParams.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GemvParams {
+    pub x: [u64; GEMV_GROUPS],
+    pub w: [u64; GEMV_GROUPS],
+    pub s: [u64; GEMV_GROUPS],
+    pub out: [u64; GEMV_GROUPS],
+    pub ws: u64,
+    pub cnt: u64,
+    pub n: [i32; GEMV_GROUPS],
+    pub b: i32,
+    pub k: i32,
+    pub nmax: i32,
+    pub out_bf16: i32,
+}
+
+// SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct GemvParams in cuda/gemv.cu; no
+// references.
+unsafe impl DeviceRepr for GemvParams {}
+
+/// The GEMV kernels, resolved once with the module.
+#[derive(Debug, Clone)]
+pub struct GemvKernels {
+    /// gemv_fp8_nt{1,2,4,8} / gemv_bf16_nt{1,2,4,8}: batch tiles of 8.
+    pub fp8: [CudaFunction; 4],
+    pub bf16: [CudaFunction; 4],
+}
+
+impl GemvKernels {
+    pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let get = |name: &'static str| {
+            module
+                .load_function(name)
+                .map_err(|source| KernelError::MissingKernel { name, source })
+        };
+        Ok(GemvKernels {
+            fp8: [
+                get("gemv_fp8_nt1")?,
+                get("gemv_fp8_nt2")?,
+                get("gemv_fp8_nt4")?,
+                get("gemv_fp8_nt8")?,
+            ],
+            bf16: [
+                get("gemv_bf16_nt1")?,
+                get("gemv_bf16_nt2")?,
+                get("gemv_bf16_nt4")?,
+                get("gemv_bf16_nt8")?,
+            ],
+        })
+    }
+}
+
+impl GpuContext {
+    /// Plans one GEMV of `b` rows (1..=64) against an `n` x `k` matrix.
+    pub fn gemv_plan(&self, wt: GemvWeights, b: usize, n: usize, k: usize) -> Result<GemvPlan> {
+        check(NAME, (1..=64).contains(&b), || {
+            format!("batch {b} not in 1..=64")
+        })?;
+        check(
+            NAME,
+            n > 0 && k > 0 && k.is_multiple_of(wt.k_align()),
+            || format!("need N > 0 and K % {} == 0, got N {n} K {k}", wt.k_align()),
+        )?;
+        let tiles = n.div_ceil(GEMV_ROW_TILE);
+        let splits = gemv_splits(self.info.sm_count as usize, tiles, k, wt);
+        Ok(GemvPlan {
+            wt,
+            b,
+            n,
+            k,
+            splits,
+        })
+    }
+
+    /// y = x W^T with FP8 weights: `w` u8 [N, K] e4m3, `scale` u8 UE8M0 [ceil(N/128), ceil(K/128)], `x`
+    /// bf16 [B, K]. `plan.wt` must be [`GemvWeights::Fp8`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_gemv_fp8(
+        &self,
+        stream: &CudaStream,
+        plan: &GemvPlan,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<u8>,
+        scale: &impl DevicePtr<u8>,
+        out: GemvOut<'_>,
+        scratch: &mut GemvScratch,
+    ) -> Result<()> {
+        let (n, k) = (plan.n, plan.k);
+        check(NAME, plan.wt == GemvWeights::Fp8, || {
+            "plan is not FP8".into()
+        })?;
+        check(NAME, w.len() >= n * k, || {
+            format!("w has {} bytes, need {}", w.len(), n * k)
+        })?;
+        let slen = n.div_ceil(128) * k.div_ceil(128);
+        check(NAME, scale.len() >= slen, || {
+            format!("scale has {} bytes, need {slen}", scale.len())
+        })?;
+        let (wp, sp) = (ptr(w, stream), ptr(scale, stream));
+        self.gemv_single(stream, plan, x, wp, sp, out, scratch)
+    }
+
+    /// y = x W^T with bf16 weights `w` [N, K]; `plan.wt` must be [`GemvWeights::Bf16`].
+    pub fn launch_gemv_bf16(
+        &self,
+        stream: &CudaStream,
+        plan: &GemvPlan,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<bf16>,
+        out: GemvOut<'_>,
+        scratch: &mut GemvScratch,
+    ) -> Result<()> {
+        check(NAME, plan.wt == GemvWeights::Bf16, || {
+            "plan is not bf16".into()
+        })?;
+        check(NAME, w.len() >= plan.n * plan.k, || {
+            format!("w has {} elements, need {}", w.len(), plan.n * plan.k)
+        })?;
+        let wp = ptr(w, stream);
+        self.gemv_single(stream, plan, x, wp, 0, out, scratch)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn gemv_single(
+        &self,
+        stream: &CudaStream,
+        plan: &GemvPlan,
+        x: &impl DevicePtr<bf16>,
+        w: u64,
+        s: u64,
+        out: GemvOut<'_>,
+        scratch: &mut GemvScratch,
+    ) -> Result<()> {
+        let (b, n, k) = (plan.b, plan.n, plan.k);
+        check(NAME, x.len() >= b * k && out.len >= b * n, || {
+            format!(
+                "x {} out {} too short for B {b} N {n} K {k}",
+                x.len(),
+                out.len
+            )
+        })?;
+        let mut p = GemvParams {
+            b: b as i32,
+            k: i32::try_from(k).map_err(|_| shape_err("K exceeds i32"))?,
+            nmax: i32::try_from(n).map_err(|_| shape_err("N exceeds i32"))?,
+            out_bf16: out.bf16,
+            ws: ptr_mut(&mut scratch.ws, stream),
+            cnt: ptr_mut(&mut scratch.cnt, stream),
+            ..Default::default()
+        };
+        (p.x[0], p.w[0], p.s[0], p.out[0], p.n[0]) = (ptr(x, stream), w, s, out.ptr, p.nmax);
+        let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
+        // SAFETY: x, w (+ scales), out were checked above to hold B*K, N*K (+ scale bytes) and B*N
+        // elements; ws/cnt are the scratch's own buffers with their lengths.
+        unsafe { self.launch_gemv_grouped(stream, plan.wt, 1, plan.splits, &p, ws_len, cnt_len) }
+    }
+
+    /// Grouped GEMV over the first `groups` entries of `p`, `splits` K splits (see [`gemv_splits`]);
+    /// `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
+    ///
+    /// # Safety
+    /// For g < groups: `p.x[g]` holds `b*k` bf16, `p.w[g]` `n[g]*k` weights (+ `p.s[g]` the UE8M0 scales for
+    /// FP8), `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 / `cnt_len` zeroed u32.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_gemv_grouped(
+        &self,
+        s: &CudaStream,
+        wt: GemvWeights,
+        groups: usize,
+        splits: usize,
+        p: &GemvParams,
+        ws_len: usize,
+        cnt_len: usize,
+    ) -> Result<()> {
+        let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
+        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
+            format!("gemv groups {groups}")
+        })?;
+        check(
+            NAME,
+            (1..=64).contains(&b) && k > 0 && k.is_multiple_of(wt.k_align()) && splits >= 1,
+            || format!("gemv B {b} K {k} splits {splits}"),
+        )?;
+        check(
+            NAME,
+            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
+            || format!("gemv n {:?} nmax {nmax}", &p.n[..groups]),
+        )?;
+        check(
+            NAME,
+            ws_len >= gemv_ws_len(groups, splits, b, nmax)
+                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
+            || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
+        )?;
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
+                grid(NAME, splits)?,
+                grid(NAME, groups)?,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let f = match wt {
+            GemvWeights::Fp8 => &self.kernels.gemv.fp8[nt_index(b)],
+            GemvWeights::Bf16 => &self.kernels.gemv.bf16[nt_index(b)],
+        };
+        let mut a = Args::new();
+        a.arg(p);
+        // SAFETY: caller's contract; shapes checked above.
+        unsafe { self.launch_k(s, f, cfg, &mut a) }
+    }
+}
+
+fn shape_err(what: &str) -> KernelError {
+    KernelError::Shape {
+        kernel: NAME,
+        what: what.into(),
+    }
+}
