@@ -261,3 +261,59 @@ pub fn official_smoke(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f32, f64) {
         .count();
     (diffs[diffs.len() / 2], agree as f64 / got.len() as f64)
 }
+
+/// Argmax agreement over the rows whose answer the GPU's rounding cannot decide.
+///
+/// A bf16 engine moves every logit a little; a row whose top two reference logits are closer than
+/// that movement can flip without any bug (measured: the CPU reference with 1e-2 relative noise on
+/// the attention output agrees with itself on 0.93..1.0 of the synthetic case's rows, depending on
+/// the noise seed). So agreement is counted over the decisive rows only: those whose reference
+/// top-1/top-2 margin exceeds twice the median row max |dlogit| of this very run. Returns
+/// (agreement over decisive rows, fraction of rows that are decisive, noise = that median).
+pub fn decisive_agreement(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f64, f64, f32) {
+    let (noise, _) = official_smoke(got, want);
+    let decisive: Vec<usize> = (0..want.len())
+        .filter(|&r| top_margin(&want[r]) > 2.0 * noise)
+        .collect();
+    let agree = decisive
+        .iter()
+        .filter(|&&r| argmax(&got[r]) == argmax(&want[r]))
+        .count();
+    let n = decisive.len().max(1) as f64;
+    (
+        agree as f64 / n,
+        decisive.len() as f64 / want.len().max(1) as f64,
+        noise,
+    )
+}
+
+/// Top-1 minus top-2 logit of a row.
+fn top_margin(row: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in row {
+        if x > a {
+            b = a;
+            a = x;
+        } else if x > b {
+            b = x;
+        }
+    }
+    a - b
+}
+
+/// The reference-numerics gate of the GPU model tests: median row cosine >= 0.999, argmax
+/// agreement >= 0.95 over the decisive rows ([`decisive_agreement`]), and at least 3/4 of the rows
+/// decisive (so a noisy run cannot excuse itself by making every row undecided).
+pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    let (raw, median, min) = compare(got, want);
+    let (agree, decisive, noise) = decisive_agreement(got, want);
+    eprintln!(
+        "{name}: {} rows, median cosine {median:.6} (min {min:.6}), argmax agreement {raw:.3} overall, \
+         {agree:.3} over the {:.0}% decisive rows (noise: median max|dlogit| {noise:.4})",
+        got.len(),
+        decisive * 100.0
+    );
+    assert!(median >= 0.999, "{name}: median cosine {median} < 0.999");
+    assert!(agree >= 0.95, "{name}: decisive-row agreement {agree} < 0.95");
+    assert!(decisive >= 0.75, "{name}: only {decisive} of the rows decisive");
+}
