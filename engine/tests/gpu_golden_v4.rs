@@ -1,6 +1,6 @@
 //! The GPU model on the `tiny-v4` golden set (the real 129280-token vocabulary, so the head and the
 //! device argmax run at full width): against the CPU reference (which CI checks against the
-//! golden logits) and, when the set's `golden/quant/logits.npy` is present, against the independent
+//! golden logits) with the GPU model tests' reference gate and, when the set's `golden/quant/logits.npy` is present, against the independent
 //! implementation's logits with the golden README's bf16-engine gate. The set is read from
 //! `DSV4_GOLDEN_V4` or `../shared/golden/tiny-v4`; SKIPs without it or without a GPU.
 mod gpu_model_util;
@@ -32,9 +32,11 @@ fn tiny_v4_quant_matches_cpu_and_golden() {
     };
     let case = Case::golden(&set);
     let gpu = run_gpu(&case, Numerics::Reference, true);
-    let (agree, cos, min) = compare(&gpu, &run_cpu(&case, Numerics::Reference));
-    eprintln!("tiny-v4 vs CPU reference: argmax {agree:.3}, median cosine {cos:.6}, min {min:.6}");
-    assert!(agree >= 0.95 && cos >= 0.999, "vs CPU: {agree} / {cos}");
+    check_reference_gate(
+        "tiny-v4 vs CPU reference",
+        &gpu,
+        &run_cpu(&case, Numerics::Reference),
+    );
     let logits = set.join("golden/quant/logits.npy");
     if logits.exists() {
         let (agree, cos, _) = compare(&gpu, &read_npy_rows(&logits));

@@ -1,4 +1,5 @@
-//! The model split over GPU ranks against the one-GPU runner and the CPU split model: tensor split over
+//! The model split over GPU ranks against the one-GPU runner (fed token by token: the split runner has
+//! no batched prefill, and prefill kernels round differently) and the CPU split model: tensor split over
 //! 1-4 ranks simulated on one GPU (one rank: bit for bit; more: the reassociation of the sums only, held
 //! to the same gates as the one-GPU runner against the CPU), layer split bit for bit, graph replay equal
 //! to eager; with two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer
@@ -113,7 +114,7 @@ fn tensor_split_on_one_rank_is_the_one_gpu_runner() {
     };
     let short = case.truncated(60, 20);
     for n in [Numerics::Reference, Numerics::Official] {
-        let one = run_gpu(&short, n, true);
+        let one = run_gpu_stepwise(&short, n, true);
         let split = run_split(&short, n, true, &[0], SplitMode::Tensor);
         assert_bits(&format!("tensor split, 1 rank, {n:?}"), &split, &one);
     }
@@ -125,7 +126,7 @@ fn tensor_split_on_simulated_ranks_matches_one_gpu_and_cpu_split() {
         return;
     };
     for n in [Numerics::Reference, Numerics::Official] {
-        let one = run_gpu(&case, n, true);
+        let one = run_gpu_stepwise(&case, n, true);
         for ranks in [2, 3, 4] {
             let devices = vec![0; ranks];
             let split = run_split(&case, n, true, &devices, SplitMode::Tensor);
@@ -144,7 +145,7 @@ fn tensor_split_without_latent_exchange_and_with_shared_rows_split() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let case = synthetic(tmp.path());
     for n in [Numerics::Reference, Numerics::Official] {
-        let one = run_gpu(&case, n, true);
+        let one = run_gpu_stepwise(&case, n, true);
         let split = run_split(&case, n, true, &[0, 0], SplitMode::Tensor);
         check_close("synthetic, 2 ranks vs one GPU", n, &split, &one);
         let cpu_split = run_cpu_split(&case, 2, SplitMode::Tensor, n);
@@ -196,7 +197,7 @@ fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
         return;
     };
     for n in [Numerics::Reference, Numerics::Official] {
-        let one = run_gpu(&case, n, true);
+        let one = run_gpu_stepwise(&case, n, true);
         for ranks in [2, 3, 4] {
             let split = run_split(&case, n, true, &vec![0; ranks], SplitMode::Layer);
             assert_bits(&format!("layer split, {ranks} ranks, {n:?}"), &split, &one);
@@ -228,7 +229,7 @@ fn nccl_tensor_and_layer_split_match_one_gpu() {
     };
     let devices: Vec<usize> = (0..gpus.min(4)).collect();
     for n in [Numerics::Reference, Numerics::Official] {
-        let one = run_gpu(&case, n, true);
+        let one = run_gpu_stepwise(&case, n, true);
         for graphs in [false, true] {
             let tp = run_split(&case, n, graphs, &devices, SplitMode::Tensor);
             check_close(

@@ -157,6 +157,30 @@ pub fn teacher_forced(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
     rows
 }
 
+/// [`teacher_forced`] with the prompt fed one token per forward: every token goes through the decode
+/// step (no batched prefill), the path a runner without batched prefill takes for the same tokens.
+pub fn teacher_forced_stepwise(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
+    let seq = b.create_seq().expect("seq");
+    let mut rows = Vec::new();
+    for (i, t) in case.prompt.iter().chain(&case.fed).enumerate() {
+        let out = b
+            .forward(&[Work {
+                seq,
+                tokens: std::slice::from_ref(t),
+            }])
+            .expect("step");
+        if i + 1 >= case.prompt.len() {
+            rows.extend(out);
+        }
+    }
+    rows
+}
+
+/// The one-GPU runner with every token fed as a decode step (see [`teacher_forced_stepwise`]).
+pub fn run_gpu_stepwise(case: &Case, numerics: Numerics, graphs: bool) -> Vec<Vec<f32>> {
+    teacher_forced_stepwise(&mut gpu_backend(case, numerics, graphs), case)
+}
+
 pub fn run_gpu(case: &Case, numerics: Numerics, graphs: bool) -> Vec<Vec<f32>> {
     teacher_forced(&mut gpu_backend(case, numerics, graphs), case)
 }
@@ -314,6 +338,12 @@ pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
         decisive * 100.0
     );
     assert!(median >= 0.999, "{name}: median cosine {median} < 0.999");
-    assert!(agree >= 0.95, "{name}: decisive-row agreement {agree} < 0.95");
-    assert!(decisive >= 0.75, "{name}: only {decisive} of the rows decisive");
+    assert!(
+        agree >= 0.95,
+        "{name}: decisive-row agreement {agree} < 0.95"
+    );
+    assert!(
+        decisive >= 0.75,
+        "{name}: only {decisive} of the rows decisive"
+    );
 }
