@@ -102,7 +102,7 @@ impl GpuBackend {
         } else {
             GraphSet::empty()
         };
-        let sampler = DeviceSampler::new(&model, seqs)?;
+        let sampler = DeviceSampler::new(&model.ctx, model.cfg.vocab_size, seqs)?;
         let prefill = super::prefill::supported(&model.ctx, &model.cfg)
             .then(|| PrefillWs::new(&model.ctx, &model.cfg, PREFILL_TOKENS, limit).ok())
             .flatten();
@@ -197,8 +197,10 @@ impl GpuBackend {
                 positions: &poss,
             };
             self.graphs.run(&mut self.model, &input).map_err(dev)?;
+            let vocab = self.model.cfg.vocab_size;
+            let m = &mut self.model;
             self.sampler
-                .pick(&mut self.model, &row_draws)
+                .pick(&m.ctx, &mut m.ws, vocab, &row_draws)
                 .map_err(dev)?;
             let next = self.model.read_next(toks.len()).map_err(dev)?;
             for (row, &i) in items.iter().enumerate() {

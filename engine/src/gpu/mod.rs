@@ -15,7 +15,7 @@ mod moe;
 pub mod multi;
 pub mod prefill;
 pub mod probe;
-mod sampling;
+pub(crate) mod sampling;
 mod synth;
 mod weights;
 mod workspace;

@@ -2,11 +2,11 @@
 //! greedy ones): the draws go up as data, `sample_rows` overwrites those rows' ids, and only ids
 //! come back. Buffers are allocated once, so a step allocates nothing.
 
-use super::model::GpuModel;
+use super::workspace::Workspace;
 use super::RunnerError;
 use crate::sampler::Draw;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::SAMPLE_PARAMS_PER_ROW;
+use dsv4_kernels::{GpuContext, SAMPLE_PARAMS_PER_ROW};
 
 pub struct DeviceSampler {
     params: CudaSlice<f64>,
@@ -17,20 +17,28 @@ pub struct DeviceSampler {
 }
 
 impl DeviceSampler {
-    pub fn new(model: &GpuModel, max_rows: usize) -> Result<Self, RunnerError> {
-        let s = &model.ctx.stream;
+    /// Buffers on `ctx` for steps of up to `max_rows` rows over a `vocab`-wide head.
+    pub fn new(ctx: &GpuContext, vocab: usize, max_rows: usize) -> Result<Self, RunnerError> {
+        let s = &ctx.stream;
         let n = max_rows * SAMPLE_PARAMS_PER_ROW;
         Ok(DeviceSampler {
             params: s.alloc_zeros::<f64>(n)?,
-            scratch: s.alloc_zeros::<f32>(max_rows * model.cfg.vocab_size)?,
+            scratch: s.alloc_zeros::<f32>(max_rows * vocab)?,
             staging: vec![0.0; n],
             max_rows,
         })
     }
 
-    /// Replaces the greedy ids of the last step's first `draws.len()` rows by the draws' picks,
-    /// unless every draw is greedy (then the step's argmax stands and nothing is launched).
-    pub fn pick(&mut self, model: &mut GpuModel, draws: &[Draw]) -> Result<(), RunnerError> {
+    /// Replaces the greedy ids (`ws.next`) of the last step's first `draws.len()` rows by the draws'
+    /// picks from `ws.logits` (`vocab` wide), unless every draw is greedy (then the step's argmax
+    /// stands and nothing is launched). Enqueued on `ctx`'s stream, no sync.
+    pub fn pick(
+        &mut self,
+        ctx: &GpuContext,
+        ws: &mut Workspace,
+        vocab: usize,
+        draws: &[Draw],
+    ) -> Result<(), RunnerError> {
         let rows = draws.len();
         if draws.iter().all(Draw::is_greedy) {
             return Ok(());
@@ -54,11 +62,9 @@ impl DeviceSampler {
                 d.uniform,
             ]);
         }
-        let (ctx, ws) = (&model.ctx, &mut model.ws);
         let s = &ctx.stream;
         let n = rows * SAMPLE_PARAMS_PER_ROW;
         s.memcpy_htod(&self.staging[..n], &mut self.params.slice_mut(..n))?;
-        let vocab = model.cfg.vocab_size;
         let logits = ws.logits.slice(..rows * vocab);
         let mut next = ws.next.slice_mut(..rows);
         ctx.launch_sample_rows(

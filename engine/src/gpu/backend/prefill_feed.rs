@@ -51,8 +51,10 @@ impl GpuBackend {
                     _ => Draw::GREEDY,
                 })
                 .collect();
+            let vocab = self.model.cfg.vocab_size;
+            let m = &mut self.model;
             self.sampler
-                .pick(&mut self.model, &row_draws)
+                .pick(&m.ctx, &mut m.ws, vocab, &row_draws)
                 .map_err(dev)?;
             let next = self.model.read_next(segs.len()).map_err(dev)?;
             for (row, (&i, seg)) in items.iter().zip(&segs).enumerate() {

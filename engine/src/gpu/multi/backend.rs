@@ -11,10 +11,12 @@ use super::weights::{rank_attention_config, RankWeights};
 use crate::api::{GpuStatus, SplitMode};
 use crate::backend::{check_tokens, Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
+use crate::gpu::sampling::DeviceSampler;
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
 use crate::model::ModelConfig;
 use crate::parallel::plan::SplitPlan;
 use crate::parallel::LoadSettings;
+use crate::sampler::Draw;
 use dsv4_kernels::GpuContext;
 use std::collections::HashMap;
 use std::path::Path;
@@ -46,6 +48,8 @@ pub struct MultiGpuBackend {
     /// Before the model: graphs holding NCCL work are destroyed before the communicators.
     graphs: MultiGraphs,
     model: MultiModel,
+    /// Picks tokens on the rank that holds the logits.
+    sampler: DeviceSampler,
     seqs: HashMap<SeqId, Seq>,
     free_slots: Vec<usize>,
     snapshots: HashMap<SnapshotId, Snap>,
@@ -116,9 +120,14 @@ impl MultiGpuBackend {
         } else {
             MultiGraphs::empty()
         };
+        let sampler = {
+            let out = model.out_rank_mut();
+            DeviceSampler::new(&out.gpu, out.cfg.vocab_size, seqs)?
+        };
         Ok(MultiGpuBackend {
             model,
             graphs,
+            sampler,
             seqs: HashMap::new(),
             free_slots: (0..seqs).rev().collect(),
             snapshots: HashMap::new(),
@@ -157,20 +166,30 @@ impl MultiGpuBackend {
         Ok(())
     }
 
-    /// Feeds every item's tokens, one token per item per step; returns each item's logits after its
-    /// last token.
-    fn feed(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
+    /// Feeds every item's tokens, one token per item per step; after each item's last token records
+    /// the token its draw picks (greedy without `draws`) and, with `logits`, its logits.
+    fn feed(
+        &mut self,
+        work: &[Work<'_>],
+        draws: Option<&[Draw]>,
+        logits: bool,
+    ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
         self.check_work(work)?;
-        let mut out = vec![Vec::new(); work.len()];
+        let mut out = vec![(0u32, Vec::new()); work.len()];
         let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
         for t in 0..steps {
             let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);
+            let mut row_draws = Vec::new();
             for (i, w) in work.iter().enumerate().filter(|(_, w)| t < w.tokens.len()) {
                 let seq = self.slot_of(w.seq)?;
                 toks.push(w.tokens[t] as i32);
                 slots.push(seq.slot as i32);
                 poss.push((seq.pos + t) as i32);
                 items.push(i);
+                row_draws.push(match draws {
+                    Some(d) if t + 1 == w.tokens.len() => d[i],
+                    _ => Draw::GREEDY,
+                });
             }
             let input = StepInput {
                 tokens: &toks,
@@ -178,10 +197,18 @@ impl MultiGpuBackend {
                 positions: &poss,
             };
             self.graphs.run(&mut self.model, &input).map_err(dev)?;
-            self.model.read_next(toks.len()).map_err(dev)?;
+            let r = self.model.out_rank_mut();
+            let vocab = r.cfg.vocab_size;
+            self.sampler
+                .pick(&r.gpu, &mut r.ws, vocab, &row_draws)
+                .map_err(dev)?;
+            let next = self.model.read_next(toks.len()).map_err(dev)?;
             for (row, &i) in items.iter().enumerate() {
                 if t + 1 == work[i].tokens.len() {
-                    out[i] = self.model.read_logits(row).map_err(dev)?;
+                    out[i].0 = next[row] as u32;
+                    if logits {
+                        out[i].1 = self.model.read_logits(row).map_err(dev)?;
+                    }
                 }
             }
         }
@@ -267,7 +294,24 @@ impl Backend for MultiGpuBackend {
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.feed(work)
+        let fed = self.feed(work, None, true)?;
+        Ok(fed.into_iter().map(|(_, l)| l).collect())
+    }
+
+    fn forward_pick(
+        &mut self,
+        work: &[Work<'_>],
+        draws: &[Draw],
+    ) -> Result<Vec<u32>, BackendError> {
+        if draws.len() != work.len() {
+            return Err(dev(format!(
+                "{} draws for {} work items",
+                draws.len(),
+                work.len()
+            )));
+        }
+        let fed = self.feed(work, Some(draws), false)?;
+        Ok(fed.into_iter().map(|(t, _)| t).collect())
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {

@@ -234,6 +234,12 @@ impl MultiModel {
         Ok(())
     }
 
+    /// The rank holding the logits (its workspace takes the device sampler's picks).
+    pub fn out_rank_mut(&mut self) -> &mut Rank {
+        let i = self.out_rank();
+        &mut self.ranks[i]
+    }
+
     /// The greedy tokens of the last step's rows (one device-to-host copy: the step's one sync).
     pub fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
         let r = &self.ranks[self.out_rank()];
