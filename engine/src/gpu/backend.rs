@@ -10,15 +10,15 @@ use super::graph::GraphSet;
 use super::model::{GpuModel, StepInput};
 use super::prefill::PrefillWs;
 use super::sampling::DeviceSampler;
+use super::seqs::{check_draws, dev, feed_steps, SeqTable, StepRunner};
 use super::weights::ModelWeightsDev;
 use super::RunnerError;
 use crate::api::{GpuStatus, Numerics};
-use crate::backend::{check_tokens, Backend, BackendError, SeqId, SnapshotId, Work};
+use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::ModelConfig;
 use crate::sampler::Draw;
 use dsv4_kernels::GpuContext;
-use std::collections::HashMap;
 use std::path::Path;
 
 /// Most rows one step runs (the kernels' batch limit).
@@ -36,28 +36,41 @@ pub struct GpuOptions {
     pub graph_buckets: Vec<usize>,
 }
 
-struct Seq {
-    slot: usize,
-    pos: usize,
-}
-
-struct Snap {
-    seq: SeqId,
-    pos: usize,
-    layers: Vec<AttnSnapshot>,
-}
-
 pub struct GpuBackend {
     model: GpuModel,
     graphs: GraphSet,
     sampler: DeviceSampler,
-    seqs: HashMap<SeqId, Seq>,
-    free_slots: Vec<usize>,
-    snapshots: HashMap<SnapshotId, Snap>,
-    next_id: u64,
-    context_limit: usize,
+    /// Snapshots save every layer's state of the slot.
+    table: SeqTable<Vec<AttnSnapshot>>,
     /// None when its workspace did not fit: prefill chunks then run as decode steps.
     prefill: Option<PrefillWs>,
+}
+
+/// The decode step of the one-GPU runner, for [`feed_steps`].
+struct OneGpuSteps<'a> {
+    model: &'a mut GpuModel,
+    graphs: &'a GraphSet,
+    sampler: &'a mut DeviceSampler,
+}
+
+impl StepRunner for OneGpuSteps<'_> {
+    fn run(&mut self, input: &StepInput<'_>) -> Result<(), RunnerError> {
+        self.graphs.run(self.model, input).map(|_| ())
+    }
+
+    fn pick(&mut self, draws: &[Draw]) -> Result<(), RunnerError> {
+        let m = &mut *self.model;
+        let vocab = m.cfg.vocab_size;
+        self.sampler.pick(&m.ctx, &mut m.ws, vocab, draws)
+    }
+
+    fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
+        self.model.read_next(rows)
+    }
+
+    fn read_logits(&self, row: usize) -> Result<Vec<f32>, RunnerError> {
+        self.model.read_logits(row)
+    }
 }
 
 /// The split plan's fit check for one GPU against its free memory (the message names what is
@@ -70,10 +83,6 @@ fn check_fits_on_gpu(cfg: &ModelConfig, opts: &GpuOptions) -> Result<(), RunnerE
     let seqs = opts.max_seqs.clamp(1, MAX_ROWS);
     check_fits(&plan, &[free as u64], opts.max_context, seqs)
         .map_err(|e| RunnerError::DoesNotFit(e.to_string()))
-}
-
-fn dev(e: impl std::fmt::Display) -> BackendError {
-    BackendError::Device(e.to_string())
 }
 
 impl GpuBackend {
@@ -110,37 +119,13 @@ impl GpuBackend {
             model,
             graphs,
             sampler,
-            seqs: HashMap::new(),
-            free_slots: (0..seqs).rev().collect(),
-            snapshots: HashMap::new(),
-            next_id: 1,
-            context_limit: limit,
+            table: SeqTable::new(seqs, limit),
             prefill,
         })
     }
 
     pub fn model(&self) -> &GpuModel {
         &self.model
-    }
-
-    fn fresh_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    fn check_work(&self, work: &[Work<'_>]) -> Result<(), BackendError> {
-        check_tokens(work, self.model.cfg.vocab_size)?;
-        for w in work {
-            let have = self.seq_len(w.seq)?;
-            if have + w.tokens.len() > self.context_limit {
-                return Err(BackendError::ContextFull {
-                    have,
-                    new: w.tokens.len(),
-                    limit: self.context_limit,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Feeds every item's tokens: single tokens as decode steps, anything with a longer chunk through the
@@ -152,71 +137,18 @@ impl GpuBackend {
         draws: Option<&[Draw]>,
         logits: bool,
     ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
-        self.check_work(work)?;
-        if self.prefill.is_some() && work.iter().any(|w| w.tokens.len() > 1) {
-            return self.feed_prefill(work, draws, logits);
-        }
-        self.feed_steps(work, draws, logits)
-    }
-
-    /// Feeds every item's tokens one token per item per step (decode steps, graph replay).
-    fn feed_steps(
-        &mut self,
-        work: &[Work<'_>],
-        draws: Option<&[Draw]>,
-        logits: bool,
-    ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
-        let mut out = vec![(0u32, Vec::new()); work.len()];
-        let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
-        let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);
-        let mut row_draws = Vec::new();
-        for t in 0..steps {
-            toks.clear();
-            slots.clear();
-            poss.clear();
-            items.clear();
-            row_draws.clear();
-            for (i, w) in work.iter().enumerate().filter(|(_, w)| t < w.tokens.len()) {
-                let seq = self
-                    .seqs
-                    .get(&w.seq)
-                    .ok_or(BackendError::UnknownSequence(w.seq))?;
-                toks.push(w.tokens[t] as i32);
-                slots.push(seq.slot as i32);
-                poss.push((seq.pos + t) as i32);
-                items.push(i);
-                let last = t + 1 == w.tokens.len();
-                row_draws.push(match draws {
-                    Some(d) if last => d[i],
-                    _ => Draw::GREEDY,
-                });
-            }
-            let input = StepInput {
-                tokens: &toks,
-                slots: &slots,
-                positions: &poss,
+        self.table.check_work(work, self.model.cfg.vocab_size)?;
+        let out = if self.prefill.is_some() && work.iter().any(|w| w.tokens.len() > 1) {
+            self.feed_prefill(work, draws, logits)?
+        } else {
+            let mut steps = OneGpuSteps {
+                model: &mut self.model,
+                graphs: &self.graphs,
+                sampler: &mut self.sampler,
             };
-            self.graphs.run(&mut self.model, &input).map_err(dev)?;
-            let vocab = self.model.cfg.vocab_size;
-            let m = &mut self.model;
-            self.sampler
-                .pick(&m.ctx, &mut m.ws, vocab, &row_draws)
-                .map_err(dev)?;
-            let next = self.model.read_next(toks.len()).map_err(dev)?;
-            for (row, &i) in items.iter().enumerate() {
-                if t + 1 == work[i].tokens.len() {
-                    out[i].0 = next[row] as u32;
-                    if logits {
-                        out[i].1 = self.model.read_logits(row).map_err(dev)?;
-                    }
-                }
-            }
-        }
-        for w in work {
-            if let Some(s) = self.seqs.get_mut(&w.seq) {
-                s.pos += w.tokens.len();
-            }
-        }
+            feed_steps(&mut steps, &self.table, work, draws, logits)?
+        };
+        self.table.advance(work);
         Ok(out)
     }
 
@@ -241,43 +173,29 @@ impl Backend for GpuBackend {
     }
 
     fn context_limit(&self) -> usize {
-        self.context_limit
+        self.table.context_limit
     }
 
     fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let slot = self
-            .free_slots
-            .pop()
-            .ok_or_else(|| dev("every sequence slot is in use"))?;
+        let slot = self.table.free_slot()?;
         let stream = self.model.ctx.stream.clone();
         for st in &mut self.model.states {
             st.reset_slot(&stream, slot).map_err(dev)?;
         }
-        let id = SeqId(self.fresh_id());
-        self.seqs.insert(id, Seq { slot, pos: 0 });
-        Ok(id)
+        Ok(self.table.insert(slot))
     }
 
     fn release_seq(&mut self, seq: SeqId) {
-        if let Some(s) = self.seqs.remove(&seq) {
-            self.free_slots.push(s.slot);
-        }
-        self.snapshots.retain(|_, s| s.seq != seq);
+        self.table.release(seq);
     }
 
     fn seq_len(&self, seq: SeqId) -> Result<usize, BackendError> {
-        self.seqs
-            .get(&seq)
-            .map(|s| s.pos)
-            .ok_or(BackendError::UnknownSequence(seq))
+        Ok(self.table.get(seq)?.pos)
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        Ok(self
-            .feed(work, None, true)?
-            .into_iter()
-            .map(|(_, l)| l)
-            .collect())
+        let fed = self.feed(work, None, true)?;
+        Ok(fed.into_iter().map(|(_, l)| l).collect())
     }
 
     fn forward_pick(
@@ -285,68 +203,36 @@ impl Backend for GpuBackend {
         work: &[Work<'_>],
         draws: &[Draw],
     ) -> Result<Vec<u32>, BackendError> {
-        if draws.len() != work.len() {
-            return Err(dev(format!(
-                "{} draws for {} work items",
-                draws.len(),
-                work.len()
-            )));
-        }
-        Ok(self
-            .feed(work, Some(draws), false)?
-            .into_iter()
-            .map(|(t, _)| t)
-            .collect())
+        check_draws(work, draws)?;
+        let fed = self.feed(work, Some(draws), false)?;
+        Ok(fed.into_iter().map(|(t, _)| t).collect())
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let s = self
-            .seqs
-            .get(&seq)
-            .ok_or(BackendError::UnknownSequence(seq))?;
+        let slot = self.table.get(seq)?.slot;
         let stream = self.model.ctx.stream.clone();
         let layers = self
             .model
             .states
             .iter()
-            .map(|st| st.snapshot(&stream, s.slot))
+            .map(|st| st.snapshot(&stream, slot))
             .collect::<Result<Vec<_>, _>>()
             .map_err(dev)?;
-        let snap = Snap {
-            seq,
-            pos: s.pos,
-            layers,
-        };
-        let id = SnapshotId(self.fresh_id());
-        self.snapshots.insert(id, snap);
-        Ok(id)
+        self.table.save(seq, layers)
     }
 
     fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let snap = self
-            .snapshots
-            .get(&snapshot)
-            .ok_or(BackendError::UnknownSnapshot(snapshot))?;
-        if snap.seq != seq {
-            return Err(BackendError::ForeignSnapshot { seq, snapshot });
-        }
-        let s = self
-            .seqs
-            .get_mut(&seq)
-            .ok_or(BackendError::UnknownSequence(seq))?;
-        if snap.pos > s.pos {
-            return Err(BackendError::StaleSnapshot { seq, snapshot });
-        }
+        let (slot, layers) = self.table.restore_target(seq, snapshot)?;
         let stream = self.model.ctx.stream.clone();
-        for (st, ls) in self.model.states.iter_mut().zip(&snap.layers) {
-            st.restore(&stream, s.slot, ls).map_err(dev)?;
+        for (st, ls) in self.model.states.iter_mut().zip(layers) {
+            st.restore(&stream, slot, ls).map_err(dev)?;
         }
-        s.pos = snap.pos;
+        self.table.rewound(seq, snapshot);
         Ok(())
     }
 
     fn release_snapshot(&mut self, snapshot: SnapshotId) {
-        self.snapshots.remove(&snapshot);
+        self.table.release_snapshot(snapshot);
     }
 
     fn gpu_status(&self) -> Vec<GpuStatus> {

@@ -16,6 +16,7 @@ pub mod multi;
 pub mod prefill;
 pub mod probe;
 pub(crate) mod sampling;
+pub(crate) mod seqs;
 mod synth;
 mod weights;
 mod workspace;

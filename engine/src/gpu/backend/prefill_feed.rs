@@ -2,14 +2,16 @@
 //! [`PREFILL_TOKENS`](super::PREFILL_TOKENS) rows (a longer chunk spans several calls, its sequence's state
 //! carrying over), decode items riding along as one-token chunks.
 
-use super::{dev, GpuBackend};
+use super::GpuBackend;
 use crate::backend::{BackendError, SeqId, Work};
 use crate::gpu::prefill::PrefillSeg;
+use crate::gpu::seqs::dev;
 use crate::sampler::Draw;
 
 impl GpuBackend {
     /// Feeds `work` (checked by the caller) through the batched prefill; returns the token each item's
-    /// draw picks (greedy without `draws`) and, with `logits`, its last row's logits.
+    /// draw picks (greedy without `draws`) and, with `logits`, its last row's logits. Positions are
+    /// advanced by the caller.
     pub(super) fn feed_prefill(
         &mut self,
         work: &[Work<'_>],
@@ -30,10 +32,7 @@ impl GpuBackend {
                     continue;
                 }
                 let n = left.min(cap - used);
-                let seq = self
-                    .seqs
-                    .get(&w.seq)
-                    .ok_or(BackendError::UnknownSequence(w.seq))?;
+                let seq = self.table.get(w.seq)?;
                 segs.push(PrefillSeg {
                     slot: seq.slot,
                     pos: seq.pos + fed[i],
@@ -67,11 +66,6 @@ impl GpuBackend {
                 }
             }
         }
-        for w in work {
-            if let Some(s) = self.seqs.get_mut(&w.seq) {
-                s.pos += w.tokens.len();
-            }
-        }
         Ok(out)
     }
 
@@ -82,21 +76,19 @@ impl GpuBackend {
         seq: SeqId,
         tokens: &[u32],
     ) -> Result<Vec<Vec<f32>>, BackendError> {
-        self.check_work(&[Work { seq, tokens }])?;
+        let work = [Work { seq, tokens }];
+        self.table.check_work(&work, self.model.cfg.vocab_size)?;
         let Some(ws) = self.prefill.as_mut() else {
             return Err(dev("no prefill workspace"));
         };
-        let s = self
-            .seqs
-            .get_mut(&seq)
-            .ok_or(BackendError::UnknownSequence(seq))?;
+        let s = self.table.get(seq)?;
         let segs = [PrefillSeg {
             slot: s.slot,
             pos: s.pos,
             tokens,
         }];
         let flat = self.model.prefill_all_logits(ws, &segs).map_err(dev)?;
-        s.pos += tokens.len();
+        self.table.advance(&work);
         let v = self.model.cfg.vocab_size;
         Ok(flat.chunks(v).map(<[f32]>::to_vec).collect())
     }

@@ -9,16 +9,16 @@ use super::model::MultiModel;
 use super::rank::Rank;
 use super::weights::{rank_attention_config, RankWeights};
 use crate::api::{GpuStatus, SplitMode};
-use crate::backend::{check_tokens, Backend, BackendError, SeqId, SnapshotId, Work};
+use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
 use crate::gpu::sampling::DeviceSampler;
+use crate::gpu::seqs::{check_draws, dev, feed_steps, SeqTable, StepRunner};
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
 use crate::model::ModelConfig;
 use crate::parallel::plan::SplitPlan;
 use crate::parallel::LoadSettings;
 use crate::sampler::Draw;
 use dsv4_kernels::GpuContext;
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -32,33 +32,41 @@ pub struct MultiOptions {
     pub mode: SplitMode,
 }
 
-struct Seq {
-    slot: usize,
-    pos: usize,
-}
-
-struct Snap {
-    seq: SeqId,
-    pos: usize,
-    /// `[rank][local layer]`.
-    ranks: Vec<Vec<AttnSnapshot>>,
-}
-
 pub struct MultiGpuBackend {
     /// Before the model: graphs holding NCCL work are destroyed before the communicators.
     graphs: MultiGraphs,
     model: MultiModel,
     /// Picks tokens on the rank that holds the logits.
     sampler: DeviceSampler,
-    seqs: HashMap<SeqId, Seq>,
-    free_slots: Vec<usize>,
-    snapshots: HashMap<SnapshotId, Snap>,
-    next_id: u64,
-    context_limit: usize,
+    /// Snapshots save `[rank][local layer]` states of the slot.
+    table: SeqTable<Vec<Vec<AttnSnapshot>>>,
 }
 
-fn dev(e: impl std::fmt::Display) -> BackendError {
-    BackendError::Device(e.to_string())
+/// The split runner's decode step, for [`feed_steps`].
+struct SplitSteps<'a> {
+    model: &'a mut MultiModel,
+    graphs: &'a MultiGraphs,
+    sampler: &'a mut DeviceSampler,
+}
+
+impl StepRunner for SplitSteps<'_> {
+    fn run(&mut self, input: &StepInput<'_>) -> Result<(), RunnerError> {
+        self.graphs.run(self.model, input).map(|_| ())
+    }
+
+    fn pick(&mut self, draws: &[Draw]) -> Result<(), RunnerError> {
+        let r = self.model.out_rank_mut();
+        let vocab = r.cfg.vocab_size;
+        self.sampler.pick(&r.gpu, &mut r.ws, vocab, draws)
+    }
+
+    fn read_next(&mut self, rows: usize) -> Result<Vec<i32>, RunnerError> {
+        self.model.read_next(rows)
+    }
+
+    fn read_logits(&self, row: usize) -> Result<Vec<f32>, RunnerError> {
+        self.model.read_logits(row)
+    }
 }
 
 /// NCCL when every rank has its own GPU, the on-device sum when all share one.
@@ -128,42 +136,12 @@ impl MultiGpuBackend {
             model,
             graphs,
             sampler,
-            seqs: HashMap::new(),
-            free_slots: (0..seqs).rev().collect(),
-            snapshots: HashMap::new(),
-            next_id: 1,
-            context_limit: limit,
+            table: SeqTable::new(seqs, limit),
         })
     }
 
     pub fn model(&self) -> &MultiModel {
         &self.model
-    }
-
-    fn fresh_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
-    fn slot_of(&self, seq: SeqId) -> Result<&Seq, BackendError> {
-        self.seqs
-            .get(&seq)
-            .ok_or(BackendError::UnknownSequence(seq))
-    }
-
-    fn check_work(&self, work: &[Work<'_>]) -> Result<(), BackendError> {
-        check_tokens(work, self.model.cfg.vocab_size)?;
-        for w in work {
-            let have = self.slot_of(w.seq)?.pos;
-            if have + w.tokens.len() > self.context_limit {
-                return Err(BackendError::ContextFull {
-                    have,
-                    new: w.tokens.len(),
-                    limit: self.context_limit,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Feeds every item's tokens, one token per item per step; after each item's last token records
@@ -174,49 +152,14 @@ impl MultiGpuBackend {
         draws: Option<&[Draw]>,
         logits: bool,
     ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
-        self.check_work(work)?;
-        let mut out = vec![(0u32, Vec::new()); work.len()];
-        let steps = work.iter().map(|w| w.tokens.len()).max().unwrap_or(0);
-        for t in 0..steps {
-            let (mut toks, mut slots, mut poss, mut items) = (vec![], vec![], vec![], vec![]);
-            let mut row_draws = Vec::new();
-            for (i, w) in work.iter().enumerate().filter(|(_, w)| t < w.tokens.len()) {
-                let seq = self.slot_of(w.seq)?;
-                toks.push(w.tokens[t] as i32);
-                slots.push(seq.slot as i32);
-                poss.push((seq.pos + t) as i32);
-                items.push(i);
-                row_draws.push(match draws {
-                    Some(d) if t + 1 == w.tokens.len() => d[i],
-                    _ => Draw::GREEDY,
-                });
-            }
-            let input = StepInput {
-                tokens: &toks,
-                slots: &slots,
-                positions: &poss,
-            };
-            self.graphs.run(&mut self.model, &input).map_err(dev)?;
-            let r = self.model.out_rank_mut();
-            let vocab = r.cfg.vocab_size;
-            self.sampler
-                .pick(&r.gpu, &mut r.ws, vocab, &row_draws)
-                .map_err(dev)?;
-            let next = self.model.read_next(toks.len()).map_err(dev)?;
-            for (row, &i) in items.iter().enumerate() {
-                if t + 1 == work[i].tokens.len() {
-                    out[i].0 = next[row] as u32;
-                    if logits {
-                        out[i].1 = self.model.read_logits(row).map_err(dev)?;
-                    }
-                }
-            }
-        }
-        for w in work {
-            if let Some(s) = self.seqs.get_mut(&w.seq) {
-                s.pos += w.tokens.len();
-            }
-        }
+        self.table.check_work(work, self.model.cfg.vocab_size)?;
+        let mut steps = SplitSteps {
+            model: &mut self.model,
+            graphs: &self.graphs,
+            sampler: &mut self.sampler,
+        };
+        let out = feed_steps(&mut steps, &self.table, work, draws, logits)?;
+        self.table.advance(work);
         Ok(out)
     }
 }
@@ -263,34 +206,26 @@ impl Backend for MultiGpuBackend {
     }
 
     fn context_limit(&self) -> usize {
-        self.context_limit
+        self.table.context_limit
     }
 
     fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let slot = self
-            .free_slots
-            .pop()
-            .ok_or_else(|| dev("every sequence slot is in use"))?;
+        let slot = self.table.free_slot()?;
         for r in &mut self.model.ranks {
             let stream = r.gpu.stream.clone();
             for st in &mut r.states {
                 st.reset_slot(&stream, slot).map_err(dev)?;
             }
         }
-        let id = SeqId(self.fresh_id());
-        self.seqs.insert(id, Seq { slot, pos: 0 });
-        Ok(id)
+        Ok(self.table.insert(slot))
     }
 
     fn release_seq(&mut self, seq: SeqId) {
-        if let Some(s) = self.seqs.remove(&seq) {
-            self.free_slots.push(s.slot);
-        }
-        self.snapshots.retain(|_, s| s.seq != seq);
+        self.table.release(seq);
     }
 
     fn seq_len(&self, seq: SeqId) -> Result<usize, BackendError> {
-        Ok(self.slot_of(seq)?.pos)
+        Ok(self.table.get(seq)?.pos)
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
@@ -303,22 +238,13 @@ impl Backend for MultiGpuBackend {
         work: &[Work<'_>],
         draws: &[Draw],
     ) -> Result<Vec<u32>, BackendError> {
-        if draws.len() != work.len() {
-            return Err(dev(format!(
-                "{} draws for {} work items",
-                draws.len(),
-                work.len()
-            )));
-        }
+        check_draws(work, draws)?;
         let fed = self.feed(work, Some(draws), false)?;
         Ok(fed.into_iter().map(|(t, _)| t).collect())
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let (slot, pos) = {
-            let s = self.slot_of(seq)?;
-            (s.slot, s.pos)
-        };
+        let slot = self.table.get(seq)?.slot;
         let mut ranks = Vec::with_capacity(self.model.ranks.len());
         for r in &self.model.ranks {
             let layers = r
@@ -329,38 +255,23 @@ impl Backend for MultiGpuBackend {
                 .map_err(dev)?;
             ranks.push(layers);
         }
-        let id = SnapshotId(self.fresh_id());
-        self.snapshots.insert(id, Snap { seq, pos, ranks });
-        Ok(id)
+        self.table.save(seq, ranks)
     }
 
     fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let snap = self
-            .snapshots
-            .get(&snapshot)
-            .ok_or(BackendError::UnknownSnapshot(snapshot))?;
-        if snap.seq != seq {
-            return Err(BackendError::ForeignSnapshot { seq, snapshot });
-        }
-        let s = self
-            .seqs
-            .get_mut(&seq)
-            .ok_or(BackendError::UnknownSequence(seq))?;
-        if snap.pos > s.pos {
-            return Err(BackendError::StaleSnapshot { seq, snapshot });
-        }
-        for (r, layers) in self.model.ranks.iter_mut().zip(&snap.ranks) {
+        let (slot, ranks) = self.table.restore_target(seq, snapshot)?;
+        for (r, layers) in self.model.ranks.iter_mut().zip(ranks) {
             let stream = r.gpu.stream.clone();
             for (st, ls) in r.states.iter_mut().zip(layers) {
-                st.restore(&stream, s.slot, ls).map_err(dev)?;
+                st.restore(&stream, slot, ls).map_err(dev)?;
             }
         }
-        s.pos = snap.pos;
+        self.table.rewound(seq, snapshot);
         Ok(())
     }
 
     fn release_snapshot(&mut self, snapshot: SnapshotId) {
-        self.snapshots.remove(&snapshot);
+        self.table.release_snapshot(snapshot);
     }
 
     fn gpu_status(&self) -> Vec<GpuStatus> {
