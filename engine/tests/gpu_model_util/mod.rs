@@ -327,6 +327,12 @@ pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
         decisive * 100.0
     );
     assert!(median >= 0.999, "{name}: median cosine {median} < 0.999");
-    assert!(agree >= 0.95, "{name}: decisive-row agreement {agree} < 0.95");
-    assert!(decisive >= 0.75, "{name}: only {decisive} of the rows decisive");
+    assert!(
+        agree >= 0.95,
+        "{name}: decisive-row agreement {agree} < 0.95"
+    );
+    assert!(
+        decisive >= 0.75,
+        "{name}: only {decisive} of the rows decisive"
+    );
 }
