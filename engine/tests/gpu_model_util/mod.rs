@@ -95,6 +95,19 @@ impl Case {
         }
     }
 
+    /// The same checkpoint with another pseudo-random prompt and fed tokens drawn from `seed` (vocabulary
+    /// `vocab`), of the same lengths.
+    pub fn reseeded(&self, seed: u64, vocab: usize) -> Case {
+        let mut rng = SplitMix64::new(seed);
+        let mut ids = |n: usize| (0..n).map(|_| rng.below(vocab as u64) as u32).collect();
+        Case {
+            name: format!("{} (token seed {seed})", self.name),
+            dir: self.dir.clone(),
+            prompt: ids(self.prompt.len()),
+            fed: ids(self.fed.len()),
+        }
+    }
+
     /// The same checkpoint and prompt, then `n` pseudo-random tokens fed one at a time.
     pub fn extended(&self, n: usize, vocab: usize) -> Case {
         let mut rng = SplitMix64::new(29);
