@@ -258,50 +258,20 @@ fn split_device_picks_equal_host_picks() {
     let Some(case) = golden_or_skip() else {
         return;
     };
-    use dsv4_engine::backend::{Backend, SeqId, Work};
-    use dsv4_engine::sampler::{pick, Draw, Rng};
+    use dsv4_engine::sampler::{Draw, Rng};
     for mode in [SplitMode::Tensor, SplitMode::Layer] {
         let mut host = split_backend(&case, Numerics::Official, true, &[0, 0], mode);
         let mut device = split_backend(&case, Numerics::Official, true, &[0, 0], mode);
-        let hs: Vec<SeqId> = (0..2).map(|_| host.create_seq().expect("seq")).collect();
-        let ds: Vec<SeqId> = (0..2).map(|_| device.create_seq().expect("seq")).collect();
-        let mut feeds: Vec<Vec<u32>> =
-            vec![case.prompt[..9].to_vec(), case.prompt[20..23].to_vec()];
+        let first = vec![case.prompt[..9].to_vec(), case.prompt[20..23].to_vec()];
         let mut rng = Rng::from_seed(7);
-        for step in 0..4 {
-            let draws = [
-                Draw {
-                    temperature: 0.9,
-                    top_k: 0,
-                    top_p: 0.95,
-                    min_p: 0.0,
-                    uniform: rng.next_f64(),
-                },
-                Draw {
-                    temperature: if step % 2 == 0 { 0.0 } else { 1.3 },
-                    top_k: 50,
-                    top_p: 1.0,
-                    min_p: 0.05,
-                    uniform: rng.next_f64(),
-                },
-            ];
-            let work = |seqs: &[SeqId]| -> Vec<(SeqId, Vec<u32>)> {
-                seqs.iter().copied().zip(feeds.iter().cloned()).collect()
-            };
-            let (hw, dw) = (work(&hs), work(&ds));
-            let hwork: Vec<Work<'_>> = hw
-                .iter()
-                .map(|(s, t)| Work { seq: *s, tokens: t })
-                .collect();
-            let dwork: Vec<Work<'_>> = dw
-                .iter()
-                .map(|(s, t)| Work { seq: *s, tokens: t })
-                .collect();
-            let logits = host.forward(&hwork).expect("forward");
-            let picks = device.forward_pick(&dwork, &draws).expect("forward_pick");
-            let want: Vec<u32> = logits.iter().zip(&draws).map(|(l, d)| pick(l, d)).collect();
-            assert_eq!(picks, want, "{mode:?} step {step}");
-            feeds = picks.iter().map(|&t| vec![t]).collect();
-        }
+        let mut draws = |step: usize, row: usize| Draw {
+            temperature: [0.9, if step.is_multiple_of(2) { 0.0 } else { 1.3 }][row],
+            top_k: [0, 50][row],
+            top_p: [0.95, 1.0][row],
+            min_p: [0.0, 0.05][row],
+            uniform: rng.next_f64(),
+        };
+        eprintln!("{mode:?}");
+        assert_device_picks_match(&mut host, &mut device, first, 4, &mut draws);
     }
 }

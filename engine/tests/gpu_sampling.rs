@@ -7,10 +7,9 @@
 mod gpu_model_util;
 
 use dsv4_engine::api::Numerics;
-use dsv4_engine::backend::{Backend, SeqId, Work};
 use dsv4_engine::sampler::{pick, Draw, Rng};
 use dsv4_kernels::{Gpu, GpuContext, SAMPLE_PARAMS_PER_ROW};
-use gpu_model_util::{data_dir, gpu_backend, Case};
+use gpu_model_util::{assert_device_picks_match, data_dir, gpu_backend, Case};
 
 fn gpu() -> Option<GpuContext> {
     match Gpu::probe() {
@@ -206,42 +205,18 @@ fn backend_device_picks_equal_host_picks_on_its_logits() {
     let case = Case::golden(&data.join("tiny-v4-small"));
     let mut host = gpu_backend(&case, Numerics::Official, true);
     let mut device = gpu_backend(&case, Numerics::Official, true);
-    let seqs = |b: &mut dyn Backend| -> Vec<SeqId> {
-        (0..3).map(|_| b.create_seq().expect("seq")).collect()
-    };
-    let (hs, ds) = (seqs(&mut host), seqs(&mut device));
-    let mut feeds: Vec<Vec<u32>> = vec![
+    let first = vec![
         case.prompt[..40].to_vec(),
         case.prompt[40..47].to_vec(),
         case.prompt[60..61].to_vec(),
     ];
     let mut rng = Rng::from_seed(99);
-    for step in 0..6 {
-        let draws: Vec<Draw> = (0..3)
-            .map(|i| Draw {
-                temperature: [1.0, 0.0, 0.7][i],
-                top_k: [0, 0, 20][i],
-                top_p: [1.0, 1.0, 0.9][i],
-                min_p: [0.0, 0.0, 0.02][i],
-                uniform: rng.next_f64(),
-            })
-            .collect();
-        let work = |seqs: &[SeqId]| -> Vec<(SeqId, Vec<u32>)> {
-            seqs.iter().copied().zip(feeds.iter().cloned()).collect()
-        };
-        let (hw, dw) = (work(&hs), work(&ds));
-        let hwork: Vec<Work<'_>> = hw
-            .iter()
-            .map(|(s, t)| Work { seq: *s, tokens: t })
-            .collect();
-        let dwork: Vec<Work<'_>> = dw
-            .iter()
-            .map(|(s, t)| Work { seq: *s, tokens: t })
-            .collect();
-        let logits = host.forward(&hwork).expect("forward");
-        let picks = device.forward_pick(&dwork, &draws).expect("forward_pick");
-        let want: Vec<u32> = logits.iter().zip(&draws).map(|(l, d)| pick(l, d)).collect();
-        assert_eq!(picks, want, "step {step}");
-        feeds = picks.iter().map(|&t| vec![t]).collect();
-    }
+    let mut draws = |_step: usize, row: usize| Draw {
+        temperature: [1.0, 0.0, 0.7][row],
+        top_k: [0, 0, 20][row],
+        top_p: [1.0, 1.0, 0.9][row],
+        min_p: [0.0, 0.0, 0.02][row],
+        uniform: rng.next_f64(),
+    };
+    assert_device_picks_match(&mut host, &mut device, first, 6, &mut draws);
 }

@@ -236,18 +236,18 @@ impl Backend for GpuBackend {
     }
 
     fn gpu_status(&self) -> Vec<GpuStatus> {
-        let info = &self.model.ctx.info;
-        let (free, total) = self
-            .model
-            .ctx
-            .ctx
-            .mem_get_info()
-            .unwrap_or((0, info.total_mem));
-        vec![GpuStatus {
-            ordinal: info.ordinal,
-            name: info.name.clone(),
-            memory_used_bytes: total.saturating_sub(free) as u64,
-            memory_total_bytes: total as u64,
-        }]
+        vec![gpu_status_of(&self.model.ctx)]
+    }
+}
+
+/// Name and memory use of one GPU, as the engine reports it.
+pub(crate) fn gpu_status_of(ctx: &GpuContext) -> GpuStatus {
+    let info = &ctx.info;
+    let (free, total) = ctx.ctx.mem_get_info().unwrap_or((0, info.total_mem));
+    GpuStatus {
+        ordinal: info.ordinal,
+        name: info.name.clone(),
+        memory_used_bytes: total.saturating_sub(free) as u64,
+        memory_total_bytes: total as u64,
     }
 }

@@ -360,3 +360,44 @@ pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
         "{name}: only {decisive} of the rows decisive"
     );
 }
+
+/// Two backends of the same model fed the same tokens in lockstep: `host` returns logits (picked on
+/// the host with `sampler::pick`), `device` picks with `forward_pick`; every step's picks must be
+/// equal, and they are fed back as the next step's tokens. `draws(step, row)` gives each row's draw.
+pub fn assert_device_picks_match(
+    host: &mut dyn Backend,
+    device: &mut dyn Backend,
+    first: Vec<Vec<u32>>,
+    steps: usize,
+    draws: &mut dyn FnMut(usize, usize) -> dsv4_engine::sampler::Draw,
+) {
+    use dsv4_engine::backend::SeqId;
+    let n = first.len();
+    let hs: Vec<SeqId> = (0..n).map(|_| host.create_seq().expect("seq")).collect();
+    let ds: Vec<SeqId> = (0..n).map(|_| device.create_seq().expect("seq")).collect();
+    let mut feeds = first;
+    for step in 0..steps {
+        let d: Vec<_> = (0..n).map(|row| draws(step, row)).collect();
+        let work = |seqs: &[SeqId]| -> Vec<(SeqId, Vec<u32>)> {
+            seqs.iter().copied().zip(feeds.iter().cloned()).collect()
+        };
+        let (hw, dw) = (work(&hs), work(&ds));
+        let hwork: Vec<Work<'_>> = hw
+            .iter()
+            .map(|(s, t)| Work { seq: *s, tokens: t })
+            .collect();
+        let dwork: Vec<Work<'_>> = dw
+            .iter()
+            .map(|(s, t)| Work { seq: *s, tokens: t })
+            .collect();
+        let logits = host.forward(&hwork).expect("forward");
+        let picks = device.forward_pick(&dwork, &d).expect("forward_pick");
+        let want: Vec<u32> = logits
+            .iter()
+            .zip(&d)
+            .map(|(l, d)| dsv4_engine::sampler::pick(l, d))
+            .collect();
+        assert_eq!(picks, want, "step {step}");
+        feeds = picks.iter().map(|&t| vec![t]).collect();
+    }
+}

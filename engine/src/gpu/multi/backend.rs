@@ -11,6 +11,7 @@ use super::weights::{rank_attention_config, RankWeights};
 use crate::api::{GpuStatus, SplitMode};
 use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
+use crate::gpu::backend::gpu_status_of;
 use crate::gpu::sampling::DeviceSampler;
 use crate::gpu::seqs::{check_draws, dev, feed_steps, SeqTable, StepRunner};
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
@@ -277,17 +278,9 @@ impl Backend for MultiGpuBackend {
     fn gpu_status(&self) -> Vec<GpuStatus> {
         let mut out: Vec<GpuStatus> = Vec::new();
         for r in &self.model.ranks {
-            let info = &r.gpu.info;
-            if out.iter().any(|g| g.ordinal == info.ordinal) {
-                continue;
+            if !out.iter().any(|g| g.ordinal == r.gpu.info.ordinal) {
+                out.push(gpu_status_of(&r.gpu));
             }
-            let (free, total) = r.gpu.ctx.mem_get_info().unwrap_or((0, info.total_mem));
-            out.push(GpuStatus {
-                ordinal: info.ordinal,
-                name: info.name.clone(),
-                memory_used_bytes: total.saturating_sub(free) as u64,
-                memory_total_bytes: total as u64,
-            });
         }
         out
     }
