@@ -182,3 +182,34 @@ fn fp4_expert_every_variant() {
         run_case(&g, 400 + i as u64, shape, &tunes);
     }
 }
+
+/// Small batches, where most of a group's 8 mma columns are padding (their x is never loaded, the B fragment
+/// is zero): every variant at batch 1 (one token per group; K a multiple of 128 and not), batch 2 with every
+/// expert chosen by both tokens, and 9 tokens on one expert (a full pass, then a pass of one real column).
+#[test]
+fn fp4_expert_small_batches_every_variant() {
+    let Some(g) = gpu() else { return };
+    let mut tunes = vec![None];
+    for kw in [1, 2, 4] {
+        for mt in [1, 2] {
+            tunes.push(Some(Fp4Tune { kw, mt }));
+        }
+    }
+    let cases = [
+        (1, 6, 8, 77, 4096, false),
+        (1, 6, 8, 77, 1056, true),
+        (2, 4, 4, 50, 224, false),
+        (9, 1, 1, 40, 256, false),
+    ];
+    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
+        let shape = ExpertShape {
+            b,
+            topk,
+            experts,
+            n,
+            k,
+            x_per_slot,
+        };
+        run_case(&g, 500 + i as u64, shape, &tunes);
+    }
+}
