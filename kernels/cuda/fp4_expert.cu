@@ -16,7 +16,8 @@
 // Memory:  each thread streams its 2M rows x 16 B per 128-wide K chunk global -> shared with cp.async.cg into
 //          a private 3-stage ring (no barriers: a thread reads back only what it copied), so 2 chunks are in
 //          flight while it computes one; the scale words ride along (cp.async 4 B) when K % 128 == 0, else
-//          they are plain byte loads. x comes through L1 (every warp of the group re-reads it).
+//          they are plain byte loads. x comes through L1 (every warp of the group re-reads it); with 16-row
+//          warps only the lanes of real columns load it (batch 1: 4 of 32 lanes), padding columns keep zeros.
 // Compute: mma.sync m16n8k16 bf16 (sm_80+). 16 weight bytes = 32 fp4 values = exactly one scale group per
 //          thread and row. Nibbles i and i+4 of a word form one bf16x2 (K permuted within the word, the same
 //          permutation applied to x by byte_perm), each made as a bf16 bit pattern (value * 2^-126) with 2
@@ -187,6 +188,14 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
 #pragma unroll
         for (int i = 0; i < MT * 4; ++i) acc[i] = 0.f;
 
+        // 16-row warps: only lanes whose column is a real token load x; a padding column's B fragment stays
+        // zero (set once per pass, never reloaded). An mma's output column n depends only on column n of B,
+        // so the stored columns keep their bits, while at batch 1 the x loads shrink from 32 lanes x 64 B to
+        // 4 lanes x 64 B per chunk and warp (the measured limit there was the L1/LSU path, not DRAM).
+        const bool xon = c0 + g < cnt;
+        uint4 xpre[MT == 1 ? 4 : 1];
+#pragma unroll
+        for (int q = 0; q < (MT == 1 ? 4 : 1); ++q) xpre[q] = make_uint4(0u, 0u, 0u, 0u);
         if (row0 < N) {  // warp-uniform
 #pragma unroll
             for (int i = 0; i < FP4_ST - 1; ++i) {
@@ -204,11 +213,12 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                 // 32 values instead, so no address leaves the row. With 16-row warps (small batches, 64
                 // registers to spare) x is loaded before the wait so that its latency overlaps the weights';
                 // 32-row warps would spill the extra live registers, so they load it after.
-                uint4 xpre[MT == 1 ? 4 : 1];
                 if constexpr (MT == 1) {
                     const u16* xq = xrow + (kfull || k0 < K ? k0 : K - 32);
+                    if (xon) {
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) xpre[q] = ldg_keep(xq + 8 * q);
+                        for (int q = 0; q < 4; ++q) xpre[q] = ldg_keep(xq + 8 * q);
+                    }
                 }
                 cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk c have landed
                 const u16* xp = xrow + (kfull || k0 < K ? k0 : K - 32);

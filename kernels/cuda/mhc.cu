@@ -9,8 +9,9 @@
 //          HCPost: X'_k = bf16(post_k f + sum_i comb[i,k] X_i) (comb applied transposed).
 // Layout:  X bf16 [rows, 4, D]; fn f32 [M, 4D]; base f32 [M]; scale f32 [3] (head: [1]); mix f32 [rows, 24]
 //          = post[4] then comb[16] row-major (i, k); partial sums ws f32 [chunks, rows, M+1] (M dots + sum x^2).
-// Launch:  hc_mix_partial{24,4}: grid ceil(4D/128), block 256. Each warp keeps the block's 128-column slice
-//          of fn in registers (lane: 4 columns x M float4 loads) and dots it with rows warp, warp+8, ...; 128
+// Launch:  hc_mix_partial{24,4}_mg{1,2,4,8}: grid ceil(4D/128), block 256. Each warp keeps its mixes of the
+//          block's 128-column slice of fn in registers (lane: 4 columns, float4 loads) and dots it with its
+//          rows (MG mix groups x 8 / MG row groups, MG picked by the launcher from the row count); 128
 //          blocks share the 1.5 MB fn read (fn is read once per step whatever the batch).
 //          hc_finish{24,4}: grid rows, block 256: warps sum the partials (fixed order: deterministic), one
 //          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics,
@@ -60,61 +61,66 @@ __device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
 }
 
 // Partial mixer dots of one 128-column chunk (lane: 4 columns, float4 loads of fn). The 8 warps are split
-// into RG row groups x MG mix groups (RG = 8 at 8+ rows, fewer below): warp (rg, mg) dots rows rg, rg + RG,
-// ... with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 each warp holds and
-// reduces 3-4 mixes instead of one warp doing all 25 while the rest idle.
-template <int M>
+// into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ... with mixes mg, mg + MG,
+// ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and reduces 3-4 mixes
+// instead of one warp doing all 25 while the rest idle. MG is a template argument (the launcher picks it from
+// the row count): with a run-time split the mix indices, the select and a break before every warp_sum stayed
+// in the loop, which serialised the 25 shuffle reductions of a row (batch 64: 1.32 -> 1.85 ms per step per
+// mixer; 8K-row prefill 59 -> 146 ms). Every warp reduces all of its I slots (the few past M sum zeros)
+// so the reductions have no branches between them; only the store is guarded. Each stored value is the same
+// per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
+template <int M, int MG>
 __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
                                                      float* __restrict__ ws, int rows, int nd) {
+    constexpr int RG = 8 / MG, I = (M + MG) / MG;  // I = ceil((M + 1) / MG) mixes per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int RG = rows >= 8 ? 8 : (rows >= 4 ? 4 : (rows >= 2 ? 2 : 1)), MG = 8 / RG;
-    const int rg = warp % RG, mg = warp / RG;
+    const int rg = MG == 1 ? warp : warp % RG, mg = MG == 1 ? 0 : warp / RG;
     const int c = blockIdx.x * MHC_CHUNK + lane * 4;
     const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
-    float4 f[M + 1];
+    float4 f[I];
 #pragma unroll
-    for (int i = 0; i <= M; ++i) {
+    for (int i = 0; i < I; ++i) {
         const int m = mg + MG * i;
         f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
     for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
         if (valid) mhc_load4(X + (u64)row * nd + c, xv);
-        float acc[M + 1];
+        float acc[I];
 #pragma unroll
-        for (int i = 0; i <= M; ++i) {
+        for (int i = 0; i < I; ++i) {
             const int m = mg + MG * i;
             acc[i] = m == M ? xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3]
                             : f[i].x * xv[0] + f[i].y * xv[1] + f[i].z * xv[2] + f[i].w * xv[3];
         }
 #pragma unroll
-        for (int i = 0; i <= M; ++i) {
-            if (mg + MG * i > M) break;  // warp-uniform
-            acc[i] = warp_sum(acc[i]);
-        }
+        for (int i = 0; i < I; ++i) acc[i] = warp_sum(acc[i]);
         if (lane == 0) {
             float* out = ws + ((u64)blockIdx.x * rows + row) * (M + 1);
 #pragma unroll
-            for (int i = 0; i <= M; ++i) {
-                if (mg + MG * i > M) break;
-                out[mg + MG * i] = acc[i];
-            }
+            for (int i = 0; i < I; ++i)
+                if (mg + MG * i <= M) out[mg + MG * i] = acc[i];
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) hc_mix_partial24(const u16* X, const float* fn, float* ws,
-                                                                   int rows, int nd) {
-    pdl_trigger();
-    pdl_wait();
-    mhc_mix_partial_body<24>(X, fn, ws, rows, nd);
-}
-extern "C" __global__ void __launch_bounds__(256) hc_mix_partial4(const u16* X, const float* fn, float* ws,
-                                                                  int rows, int nd) {
-    pdl_trigger();
-    pdl_wait();
-    mhc_mix_partial_body<4>(X, fn, ws, rows, nd);
-}
+// hc_mix_partial{M}_mg{MG}: M = 24 (block mixers) or 4 (HC head); MG = 1 (8+ rows), 2 (4-7), 4 (2-3), 8 (1).
+#define MHC_PARTIAL_KERNEL(M, MG)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256)                                                      \
+        hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int nd) {           \
+        pdl_trigger();                                                                                     \
+        pdl_wait();                                                                                        \
+        mhc_mix_partial_body<M, MG>(X, fn, ws, rows, nd);                                                  \
+    }
+MHC_PARTIAL_KERNEL(24, 1)
+MHC_PARTIAL_KERNEL(24, 2)
+MHC_PARTIAL_KERNEL(24, 4)
+MHC_PARTIAL_KERNEL(24, 8)
+MHC_PARTIAL_KERNEL(4, 1)
+MHC_PARTIAL_KERNEL(4, 2)
+MHC_PARTIAL_KERNEL(4, 4)
+MHC_PARTIAL_KERNEL(4, 8)
+#undef MHC_PARTIAL_KERNEL
 
 __device__ __forceinline__ float mhc_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 

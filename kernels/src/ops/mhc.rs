@@ -47,6 +47,18 @@ pub fn hc_workspace_len(rows: usize, d: usize) -> usize {
     (HC_STREAMS * d).div_ceil(CHUNK) * rows * (HC_MIX + 1)
 }
 
+/// Which hc_mix_partial instance serves `rows` rows: the index of MG (mix groups of the block's 8 warps)
+/// in [1, 2, 4, 8]. 8+ rows: every warp takes its own rows and all mixes (MG = 1); fewer rows leave warps
+/// without a row, so they split the mixes instead (1 row: 8 warps x 3-4 mixes).
+fn mix_groups(rows: usize) -> usize {
+    match rows {
+        8.. => 0,
+        4..=7 => 1,
+        2..=3 => 2,
+        _ => 3,
+    }
+}
+
 fn check_d(d: usize) -> Result<i32> {
     check(NAME, d > 0 && d.is_multiple_of(8), || {
         format!("D = {d} must be a positive multiple of 8")
@@ -137,11 +149,11 @@ impl GpuContext {
         };
         let mut l = Args::new();
         l.arg(&xp).arg(&fp).arg(&wsp).arg(&ri).arg(&ndi);
-        // SAFETY: hc_mix_partialM(X, fn, ws, rows, nd); X holds rows*nd, fn M*nd, ws chunks*rows*(M+1).
+        // SAFETY: hc_mix_partialM_mgG(X, fn, ws, rows, nd); X holds rows*nd, fn M*nd, ws chunks*rows*(M+1).
         unsafe {
             self.launch_k(
                 stream,
-                &self.kernels.runner.hc_mix_partial[which],
+                &self.kernels.runner.hc_mix_partial[which][mix_groups(rows)],
                 cfg,
                 &mut l,
             )

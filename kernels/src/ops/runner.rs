@@ -9,8 +9,9 @@ use crate::error::{KernelError, Result};
 #[derive(Debug, Clone)]
 pub struct RunnerKernels {
     pub embed_streams: CudaFunction,
-    /// hc_mix_partial24 (block mixers), hc_mix_partial4 (HC head).
-    pub hc_mix_partial: [CudaFunction; 2],
+    /// hc_mix_partial24_mg{1,2,4,8} (block mixers), hc_mix_partial4_mg{1,2,4,8} (HC head): one per
+    /// split of the 8 warps into mix groups (see ops::mhc `mix_groups`).
+    pub hc_mix_partial: [[CudaFunction; 4]; 2],
     /// hc_finish24, hc_finish4.
     pub hc_finish: [CudaFunction; 2],
     pub hc_post: CudaFunction,
@@ -31,7 +32,20 @@ impl RunnerKernels {
         };
         Ok(RunnerKernels {
             embed_streams: get("embed_streams")?,
-            hc_mix_partial: [get("hc_mix_partial24")?, get("hc_mix_partial4")?],
+            hc_mix_partial: [
+                [
+                    get("hc_mix_partial24_mg1")?,
+                    get("hc_mix_partial24_mg2")?,
+                    get("hc_mix_partial24_mg4")?,
+                    get("hc_mix_partial24_mg8")?,
+                ],
+                [
+                    get("hc_mix_partial4_mg1")?,
+                    get("hc_mix_partial4_mg2")?,
+                    get("hc_mix_partial4_mg4")?,
+                    get("hc_mix_partial4_mg8")?,
+                ],
+            ],
             hc_finish: [get("hc_finish24")?, get("hc_finish4")?],
             hc_post: get("hc_post")?,
             moe_route: get("moe_route")?,

@@ -145,32 +145,28 @@ fn fp4_expert_matches_reference() {
         (4, 6, 512, 160, 512, true),   // many experts, one token each
         (64, 6, 256, 800, 512, false), // batch 64 x top-6 of 256; kw 1 with a partial 128-row tile
     ];
-    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot,
-        };
-        run_case(&g, 300 + i as u64, shape, &[None]);
-    }
+    run_cases(&g, 300, &cases, &[None]);
 }
 
-/// Every kernel variant (K split 1/2/4 x 16 or 32 rows per warp) on a K with async scale words (1024: 8 chunks, so
-/// the rings wrap) and one without (160: K % 128 != 0, a partial last chunk), groups wider than one n-tile.
-#[test]
-fn fp4_expert_every_variant() {
-    let Some(g) = gpu() else { return };
+/// The default tuning and every explicit variant (K split 1/2/4 x 16 or 32 rows per warp).
+fn every_tune() -> Vec<Option<Fp4Tune>> {
     let mut tunes = vec![None];
     for kw in [1, 2, 4] {
         for mt in [1, 2] {
             tunes.push(Some(Fp4Tune { kw, mt }));
         }
     }
-    let cases = [(8, 2, 4, 33, 1024, false), (3, 6, 8, 150, 160, true)];
-    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
+    tunes
+}
+
+/// [`run_case`] for each (b, topk, experts, n, k, x_per_slot) with seeds seed0, seed0 + 1, ...
+fn run_cases(
+    g: &dsv4_kernels::GpuContext,
+    seed0: u64,
+    cases: &[(usize, usize, usize, usize, usize, bool)],
+    tunes: &[Option<Fp4Tune>],
+) {
+    for (i, &(b, topk, experts, n, k, x_per_slot)) in cases.iter().enumerate() {
         let shape = ExpertShape {
             b,
             topk,
@@ -179,6 +175,30 @@ fn fp4_expert_every_variant() {
             k,
             x_per_slot,
         };
-        run_case(&g, 400 + i as u64, shape, &tunes);
+        run_case(g, seed0 + i as u64, shape, tunes);
     }
+}
+
+/// Every kernel variant on a K with async scale words (1024: 8 chunks, so the rings wrap) and one without
+/// (160: K % 128 != 0, a partial last chunk), groups wider than one n-tile.
+#[test]
+fn fp4_expert_every_variant() {
+    let Some(g) = gpu() else { return };
+    let cases = [(8, 2, 4, 33, 1024, false), (3, 6, 8, 150, 160, true)];
+    run_cases(&g, 400, &cases, &every_tune());
+}
+
+/// Small batches, where most of a group's 8 mma columns are padding (their x is never loaded, the B fragment
+/// is zero): every variant at batch 1 (one token per group; K a multiple of 128 and not), batch 2 with every
+/// expert chosen by both tokens, and 9 tokens on one expert (a full pass, then a pass of one real column).
+#[test]
+fn fp4_expert_small_batches_every_variant() {
+    let Some(g) = gpu() else { return };
+    let cases = [
+        (1, 6, 8, 77, 4096, false),
+        (1, 6, 8, 77, 1056, true),
+        (2, 4, 4, 50, 224, false),
+        (9, 1, 1, 40, 256, false),
+    ];
+    run_cases(&g, 500, &cases, &every_tune());
 }
