@@ -14,6 +14,8 @@ pub struct Kernels {
     pub gemv: crate::ops::gemv::GemvKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
+    /// bf16_expert: routed experts of BF16 checkpoints (ops::bf16_expert).
+    pub bf16_expert: CudaFunction,
     pub moe_group: CudaFunction,
     pub rmsnorm: CudaFunction,
     pub act_quant: CudaFunction,
@@ -45,6 +47,7 @@ impl Kernels {
         Ok(Kernels {
             gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
             fp4_expert,
+            bf16_expert: get("bf16_expert")?,
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,
             act_quant: get("act_quant_bf16")?,

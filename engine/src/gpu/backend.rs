@@ -112,7 +112,9 @@ impl GpuBackend {
             GraphSet::empty()
         };
         let sampler = DeviceSampler::new(&model.ctx, model.cfg.vocab_size, seqs)?;
-        let prefill = super::prefill::supported(&model.ctx, &model.cfg)
+        // The batched prefill reads FP8 linears and FP4 experts: BF16 checkpoints prefill as decode steps.
+        let quantized = super::weights::check_quantized(&model.cfg).is_ok();
+        let prefill = (quantized && super::prefill::supported(&model.ctx, &model.cfg))
             .then(|| PrefillWs::new(&model.ctx, &model.cfg, PREFILL_TOKENS, limit).ok())
             .flatten();
         Ok(GpuBackend {

@@ -1,5 +1,6 @@
-//! Device weights from an FP8/FP4 checkpoint: stored bytes uploaded as they are (FP8/FP4 + UE8M0
-//! scales), small tensors converted on the host (bf16 -> f32 norms, i64 -> i32 tid2eid).
+//! Device weights from a checkpoint: stored bytes uploaded as they are (FP8/FP4 + UE8M0 scales, or BF16
+//! linears and experts, each linear's format taken from its tensor's dtype), small tensors converted on
+//! the host (bf16 -> f32 norms, i64 -> i32 tid2eid).
 
 use super::attention::AttnLayer;
 use super::weights::{
@@ -8,7 +9,7 @@ use super::weights::{
 };
 use super::RunnerError;
 use crate::model::checkpoint::{scale_name, Checkpoint, Dtype};
-use crate::model::ModelConfig;
+use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{bf16, GpuContext};
 use std::sync::Arc;
@@ -35,43 +36,66 @@ fn hc(ctx: &GpuContext, ck: &Checkpoint, prefix: &str) -> Result<HcDev, RunnerEr
     })
 }
 
-/// One FP4 matrix of every expert, concatenated on the device: (weights, scales).
+/// One matrix of every expert, concatenated on the device: (weights, scales). FP4 weights come with their
+/// UE8M0 scales; BF16 weights with a 1-byte placeholder scale.
 fn expert_matrix(
     ctx: &GpuContext,
     ck: &Checkpoint,
     p: &str,
     which: &str,
     experts: usize,
+    format: ExpertFormat,
 ) -> Result<(CudaSlice<u8>, CudaSlice<u8>), RunnerError> {
+    let (wdt, scaled) = match format {
+        ExpertFormat::Fp4 => (Dtype::I8, true),
+        ExpertFormat::Bf16 => (Dtype::BF16, false),
+        ExpertFormat::Fp8 => {
+            return Err(RunnerError::Unsupported(
+                "FP8 routed experts: the GPU runs FP4 or BF16 experts".into(),
+            ))
+        }
+    };
     let first = format!("{p}experts.0.{which}.weight");
-    let (wlen, slen) = (
-        ck.raw(&first)?.bytes.len(),
-        ck.raw(&scale_name(&first))?.bytes.len(),
-    );
+    let wlen = ck.raw(&first)?.bytes.len();
+    let slen = if scaled {
+        ck.raw(&scale_name(&first))?.bytes.len()
+    } else {
+        1
+    };
     let s = &ctx.stream;
     let (mut w, mut sc) = (
         s.alloc_zeros::<u8>(experts * wlen)?,
-        s.alloc_zeros::<u8>(experts * slen)?,
+        s.alloc_zeros::<u8>(if scaled { experts * slen } else { 1 })?,
     );
     for e in 0..experts {
         let name = format!("{p}experts.{e}.{which}.weight");
-        let wb = raw_bytes(ck, &name, Dtype::I8)?;
-        let sb = raw_bytes(ck, &scale_name(&name), Dtype::F8_E8M0)?;
-        if wb.len() != wlen || sb.len() != slen {
+        let wb = raw_bytes(ck, &name, wdt)?;
+        if wb.len() != wlen {
             return Err(RunnerError::Unsupported(format!(
-                "{name}: size differs from expert 0"
+                "{}: {name}: size differs from expert 0",
+                ck.dir().display()
             )));
         }
         s.memcpy_htod(wb, &mut w.slice_mut(e * wlen..(e + 1) * wlen))?;
-        s.memcpy_htod(sb, &mut sc.slice_mut(e * slen..(e + 1) * slen))?;
+        if scaled {
+            let sb = raw_bytes(ck, &scale_name(&name), Dtype::F8_E8M0)?;
+            if sb.len() != slen {
+                return Err(RunnerError::Unsupported(format!(
+                    "{}: {name}: scale size differs from expert 0",
+                    ck.dir().display()
+                )));
+            }
+            s.memcpy_htod(sb, &mut sc.slice_mut(e * slen..(e + 1) * slen))?;
+        }
     }
     Ok((w, sc))
 }
 
 fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBank, RunnerError> {
-    let (w1, s1) = expert_matrix(ctx, ck, p, "w1", e)?;
-    let (w3, s3) = expert_matrix(ctx, ck, p, "w3", e)?;
-    let (w2, s2) = expert_matrix(ctx, ck, p, "w2", e)?;
+    let format = ck.config().expert_format;
+    let (w1, s1) = expert_matrix(ctx, ck, p, "w1", e, format)?;
+    let (w3, s3) = expert_matrix(ctx, ck, p, "w3", e, format)?;
+    let (w2, s2) = expert_matrix(ctx, ck, p, "w2", e, format)?;
     Ok(ExpertBank {
         w1,
         s1,
@@ -79,6 +103,7 @@ fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBa
         s3,
         w2,
         s2,
+        format,
     })
 }
 
@@ -92,13 +117,15 @@ fn moe(ctx: &GpuContext, ck: &Checkpoint, layer: usize, p: &str) -> Result<MoeDe
         (None, Some(f32s(ctx, ck, &format!("{p}gate.bias"))?))
     };
     let shared = |w: &str| load_fp8(ctx, ck, &format!("{p}shared_experts.{w}"));
-    Ok(MoeDev {
+    let dev = MoeDev {
         gate: bf16s(ctx, ck, &format!("{p}gate.weight"))?,
         bias,
         tid2eid,
         bank: Arc::new(bank(ctx, ck, p, cfg.n_routed_experts)?),
         shared: [shared("w1")?, shared("w3")?, shared("w2")?],
-    })
+    };
+    super::moe::check_shared_formats(&dev, layer)?;
+    Ok(dev)
 }
 
 fn block(ctx: &GpuContext, ck: &Checkpoint, layer: usize) -> Result<BlockDev, RunnerError> {

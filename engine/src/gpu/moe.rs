@@ -1,20 +1,21 @@
-//! The MoE of one block on the device (spec 2.8): gate GEMV, routing, grouped FP4 routed experts and
-//! the FP8 shared expert. The final sum of expert outputs is fused into the following HCPost.
+//! The MoE of one block on the device (spec 2.8): gate GEMV, routing, grouped routed experts (FP4 or
+//! bf16) and the shared expert (FP8 or bf16). The final sum of expert outputs is fused into the
+//! following HCPost. Official numerics quantise an expert GEMV's input only for FP8/FP4 weights.
 
 use super::attention::{dptr, dptr_mut, grouped_gemv, Job};
-use super::weights::{Fp8Linear, MoeDev};
+use super::weights::{ExpertBank, Fp8Linear, MoeDev};
 use super::workspace::Workspace;
 use super::RunnerError;
 use crate::api::Numerics;
-use crate::model::ModelConfig;
+use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
-use dsv4_kernels::{ExpertShape, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape};
+use dsv4_kernels::{bf16, ExpertShape, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape};
 
 /// Called after each op with its name and the workspace (the profiler records an event there, the
 /// bench reads the routed expert ids; normally a no-op).
 pub type Hook<'a> = &'a mut dyn FnMut(&'static str, &Workspace) -> Result<(), RunnerError>;
 
-/// An FP8 linear of the MoE as one group of a grouped GEMV (x `[rows, inp]` bf16 -> out f32).
+/// A linear of the MoE (FP8 or bf16) as one group of a grouped GEMV (x `[rows, inp]` bf16 -> out f32).
 fn fp8_job(lin: &Fp8Linear, x: u64, out: &mut CudaSlice<f32>, s: &CudaStream) -> Job {
     Job {
         x,
@@ -23,6 +24,18 @@ fn fp8_job(lin: &Fp8Linear, x: u64, out: &mut CudaSlice<f32>, s: &CudaStream) ->
         out: dptr_mut(out, s),
         n: lin.out,
     }
+}
+
+/// The shared expert's w1 and w3 run in one grouped GEMV: they must share a weight format.
+pub(crate) fn check_shared_formats(w: &MoeDev, layer: usize) -> Result<(), RunnerError> {
+    let [w1, w3, _] = &w.shared;
+    if w1.wt != w3.wt {
+        return Err(RunnerError::Unsupported(format!(
+            "layer {layer}: shared expert w1 is {:?} but w3 {:?} (one GEMV launch reads both)",
+            w1.wt, w3.wt
+        )));
+    }
+    Ok(())
 }
 
 /// Gate logits and routing into `ws.ids` / `ws.wts`, then the expert grouping.
@@ -102,23 +115,26 @@ pub(crate) fn routed(
     let s = &ctx.stream;
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     let b = &w.bank;
+    let quant = quant && b.format == ExpertFormat::Fp4;
     let x = if quant { &ws.aq } else { &ws.a };
     let up = expert_shape(cfg, rows, i, d, false);
-    ctx.launch_fp4_expert(
+    expert_gemv(
+        ctx,
         s,
         &up,
         x,
-        &b.w1,
-        &b.s1,
+        b,
+        Which::W1,
         &ws.group,
         GemvOut::f32(&mut ws.g, s),
     )?;
-    ctx.launch_fp4_expert(
+    expert_gemv(
+        ctx,
         s,
         &up,
         x,
-        &b.w3,
-        &b.s3,
+        b,
+        Which::W3,
         &ws.group,
         GemvOut::f32(&mut ws.u, s),
     )?;
@@ -137,7 +153,50 @@ pub(crate) fn routed(
     )?;
     let down = expert_shape(cfg, rows, d, i, true);
     let out = GemvOut::f32(&mut ws.y_routed, s);
-    ctx.launch_fp4_expert(s, &down, &ws.h, &b.w2, &b.s2, &ws.group, out)?;
+    expert_gemv(ctx, s, &down, &ws.h, b, Which::W2, &ws.group, out)?;
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Which {
+    W1,
+    W3,
+    W2,
+}
+
+/// One grouped routed-expert GEMV of `bank`'s matrix `which`, in the bank's format.
+#[allow(clippy::too_many_arguments)]
+fn expert_gemv(
+    ctx: &GpuContext,
+    s: &CudaStream,
+    shape: &ExpertShape,
+    x: &CudaSlice<bf16>,
+    bank: &ExpertBank,
+    which: Which,
+    group: &CudaSlice<i32>,
+    out: GemvOut<'_>,
+) -> Result<(), RunnerError> {
+    let (w, sc) = match which {
+        Which::W1 => (&bank.w1, &bank.s1),
+        Which::W3 => (&bank.w3, &bank.s3),
+        Which::W2 => (&bank.w2, &bank.s2),
+    };
+    match bank.format {
+        ExpertFormat::Fp4 => ctx.launch_fp4_expert(s, shape, x, w, sc, group, out)?,
+        ExpertFormat::Bf16 => {
+            // SAFETY: a Bf16 bank's matrices hold bf16 values as their little-endian bytes (load.rs), and
+            // every 16-bit pattern is a valid bf16; the view covers the whole buffer.
+            let wb = unsafe { w.transmute::<bf16>(w.len() / 2) }.ok_or_else(|| {
+                RunnerError::Unsupported("bf16 expert bank of odd byte length".into())
+            })?;
+            ctx.launch_bf16_expert(s, shape, x, &wb, group, out)?
+        }
+        ExpertFormat::Fp8 => {
+            return Err(RunnerError::Unsupported(
+                "FP8 routed experts are not run on the GPU".into(),
+            ))
+        }
+    }
     Ok(())
 }
 
@@ -152,16 +211,18 @@ pub(crate) fn shared(
     quant: bool,
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
-    let fp8 = GemvWeights::Fp8;
-    let x = dptr(if quant { &ws.aq } else { &ws.a }, s);
     let [w1, w3, w2] = &w.shared;
+    // w1 and w3 share one launch, so one format (checked at load: check_shared_formats).
+    let wt = w1.wt;
+    let quant = quant && wt == GemvWeights::Fp8;
+    let x = dptr(if quant { &ws.aq } else { &ws.a }, s);
     let up = [fp8_job(w1, x, &mut ws.sg, s), fp8_job(w3, x, &mut ws.su, s)];
-    grouped_gemv(ctx, s, rows, fp8, w1.inp, false, &up, &mut ws.gemv)?;
+    grouped_gemv(ctx, s, rows, wt, w1.inp, false, &up, &mut ws.gemv)?;
     let (i, lim) = (w1.out, cfg.swiglu_limit);
     let none: Option<&CudaSlice<f32>> = None;
     ctx.launch_moe_swiglu(s, rows, i, lim, quant, &ws.sg, &ws.su, none, &mut ws.sh)?;
     let down = [fp8_job(w2, dptr(&ws.sh, s), &mut ws.y_shared, s)];
-    grouped_gemv(ctx, s, rows, fp8, w2.inp, false, &down, &mut ws.gemv)?;
+    grouped_gemv(ctx, s, rows, w2.wt, w2.inp, false, &down, &mut ws.gemv)?;
     Ok(())
 }
 
@@ -178,10 +239,11 @@ pub fn forward(
 ) -> Result<(), RunnerError> {
     route(ctx, cfg, w, ws, rows)?;
     hook("moe.route", ws)?;
-    // Official numerics: ws.aq (the FP8 fake-quantised input) was written by the ffn HCPre.
-    let quant = numerics == Numerics::Official;
-    routed(ctx, cfg, w, ws, rows, quant)?;
+    // Official numerics: ws.aq (the FP8 fake-quantised input) was written by the ffn HCPre; it (and the
+    // FP8 round trip of the SwiGLU output) feeds FP4 experts / FP8 shared experts only.
+    let official = numerics == Numerics::Official;
+    routed(ctx, cfg, w, ws, rows, official)?;
     hook("moe.routed", ws)?;
-    shared(ctx, cfg, w, ws, rows, quant)?;
+    shared(ctx, cfg, w, ws, rows, official)?;
     hook("moe.shared", ws)
 }

@@ -7,9 +7,9 @@ use super::weights::{
     check_supported, BankPlan, BlockDev, ExpertBank, Fp8Linear, HcDev, ModelWeightsDev, MoeDev,
 };
 use super::RunnerError;
-use crate::model::ModelConfig;
+use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
-use dsv4_kernels::{bf16, Fill, GpuContext, HC_MIX, HC_STREAMS};
+use dsv4_kernels::{bf16, Fill, GemvWeights, GpuContext, HC_MIX, HC_STREAMS};
 use std::sync::Arc;
 
 /// RMS of a random e4m3 code from `Fill::E4m3` and of a random e2m1 code from `Fill::Fp4`.
@@ -67,6 +67,7 @@ impl Gen<'_> {
             scale: self.buf(out.div_ceil(128) * inp.div_ceil(128), Fill::Byte(sb))?,
             out,
             inp,
+            wt: GemvWeights::Fp8,
         })
     }
 
@@ -84,6 +85,7 @@ impl Gen<'_> {
             s3: self.buf(e * i * d / 32, Fill::Byte(b_in))?,
             w2: self.buf(e * d * i / 2, Fill::Fp4)?,
             s2: self.buf(e * d * i / 32, Fill::Byte(b_mid))?,
+            format: ExpertFormat::Fp4,
         })
     }
 

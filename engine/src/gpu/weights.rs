@@ -1,14 +1,14 @@
 //! Device weights: per block the mHC mixers, norms, the attention layer and the MoE (gate, router
-//! tables, FP4 routed-expert bank, FP8 shared expert); globally the embedding, HC head, final norm and
-//! head. Loaded from an FP8/FP4 checkpoint's stored bytes (no dequantised copies), or generated on the
-//! device (see `synth.rs`).
+//! tables, routed-expert bank, shared expert); globally the embedding, HC head, final norm and head.
+//! Loaded from the checkpoint's stored bytes (no dequantised copies): FP8 linears + FP4 experts, or
+//! BF16 linears + BF16 experts; or generated on the device (see `synth.rs`).
 
-use super::attention::AttnLayer;
+use super::attention::{upload_linear, AttnLayer};
 use super::RunnerError;
-use crate::model::checkpoint::{scale_name, Checkpoint, Dtype};
+use crate::model::checkpoint::{Checkpoint, Dtype};
 use crate::model::{ExpertFormat, LinearFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
-use dsv4_kernels::{bf16, GpuContext, HC_STREAMS};
+use dsv4_kernels::{bf16, GemvWeights, GpuContext, HC_STREAMS};
 use std::sync::Arc;
 
 /// mHC mixer: `func` f32 [M, n·D], `base` f32 [M], `scale` f32 [3] (head: [1]).
@@ -18,16 +18,19 @@ pub struct HcDev {
     pub scale: CudaSlice<f32>,
 }
 
-/// An FP8 `[out, inp]` linear: e4m3 bytes and UE8M0 128x128 block scales, as stored.
+/// An `[out, inp]` linear as stored (`wt`): e4m3 bytes and UE8M0 128x128 block scales, or bf16 values as
+/// their bytes with a 1-byte placeholder scale (never read).
 pub struct Fp8Linear {
     pub w: CudaSlice<u8>,
     pub scale: CudaSlice<u8>,
     pub out: usize,
     pub inp: usize,
+    pub wt: GemvWeights,
 }
 
 /// The routed experts of one MoE layer (or of several, when a full-size synthetic model shares banks):
-/// FP4 `w1`, `w3` [E, I, D/2] and `w2` [E, D, I/2] with per-32 UE8M0 scales.
+/// `format` Fp4: `w1`, `w3` [E, I, D/2] and `w2` [E, D, I/2] with per-32 UE8M0 scales; `format` Bf16: the
+/// bf16 `w1`, `w3` [E, I, D] and `w2` [E, D, I] as their bytes, the scales 1-byte placeholders.
 pub struct ExpertBank {
     pub w1: CudaSlice<u8>,
     pub s1: CudaSlice<u8>,
@@ -35,6 +38,7 @@ pub struct ExpertBank {
     pub s3: CudaSlice<u8>,
     pub w2: CudaSlice<u8>,
     pub s2: CudaSlice<u8>,
+    pub format: ExpertFormat,
 }
 
 impl ExpertBank {
@@ -45,7 +49,10 @@ impl ExpertBank {
             cfg.hidden_size,
             cfg.moe_intermediate_size,
         );
-        e * 3 * (d * i / 2 + d * i / 32)
+        match cfg.expert_format {
+            ExpertFormat::Bf16 => e * 3 * d * i * 2,
+            _ => e * 3 * (d * i / 2 + d * i / 32),
+        }
     }
     /// Bytes of one expert's three matrices (what a selected expert costs to read).
     pub fn expert_bytes(cfg: &ModelConfig) -> usize {
@@ -145,18 +152,34 @@ pub fn check_supported(cfg: &ModelConfig) -> Result<(), RunnerError> {
             cfg.hc_mult
         ));
     }
-    if cfg.linear_format != (LinearFormat::Fp8 { block: 128 }) {
-        return bad(
-            "linears must be FP8 with 128x128 scales (BF16 checkpoints run on the CPU)".into(),
-        );
-    }
-    if cfg.expert_format != ExpertFormat::Fp4 {
-        return bad("routed experts must be FP4".into());
+    let pair = (cfg.linear_format, cfg.expert_format);
+    if pair != (LinearFormat::Fp8 { block: 128 }, ExpertFormat::Fp4)
+        && pair != (LinearFormat::Bf16, ExpertFormat::Bf16)
+    {
+        return bad(format!(
+            "linears {:?} with experts {:?}: the GPU runs FP8 linears (128x128 scales) with FP4 experts, \
+             or BF16 linears with BF16 experts",
+            cfg.linear_format, cfg.expert_format
+        ));
     }
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     if d % 32 != 0 || i % 32 != 0 || cfg.n_routed_experts > 1024 || cfg.num_experts_per_tok > 16 {
         return bad(format!(
             "hidden {d} and moe_intermediate {i} must be multiples of 32, E <= 1024, top-k <= 16"
+        ));
+    }
+    Ok(())
+}
+
+/// The multi-GPU split runner loads FP8 linears and FP4 experts only.
+pub fn check_quantized(cfg: &ModelConfig) -> Result<(), RunnerError> {
+    if cfg.linear_format != (LinearFormat::Fp8 { block: 128 })
+        || cfg.expert_format != ExpertFormat::Fp4
+    {
+        return Err(RunnerError::Unsupported(
+            "the multi-GPU split runner needs FP8 linears and FP4 experts (BF16 checkpoints run on one GPU \
+             or on the CPU)"
+                .into(),
         ));
     }
     Ok(())
@@ -179,24 +202,77 @@ pub fn raw_bytes<'a>(
     let t = ck.raw(name)?;
     if t.dtype != dtype {
         return Err(RunnerError::Unsupported(format!(
-            "tensor {name} is {:?}, the GPU runner needs {:?}",
-            t.dtype, dtype
+            "{}: tensor {name} is {:?}, the GPU runner needs {:?}",
+            ck.dir().display(),
+            t.dtype,
+            dtype
         )));
     }
     Ok(t.bytes)
 }
 
+/// A linear as stored (FP8 with scales, or BF16), named by its prefix.
 pub fn load_fp8(ctx: &GpuContext, ck: &Checkpoint, prefix: &str) -> Result<Fp8Linear, RunnerError> {
-    let name = format!("{prefix}.weight");
-    let t = ck.raw(&name)?;
-    let (out, inp) = match t.shape {
-        [o, i] => (*o, *i),
-        _ => return Err(RunnerError::Unsupported(format!("{name}: not 2-d"))),
-    };
-    let w = upload(&ctx.stream, raw_bytes(ck, &name, Dtype::F8_E4M3)?)?;
-    let scale = upload(
-        &ctx.stream,
-        raw_bytes(ck, &scale_name(&name), Dtype::F8_E8M0)?,
-    )?;
-    Ok(Fp8Linear { w, scale, out, inp })
+    let l = upload_linear(&ctx.stream, ck, prefix)?;
+    Ok(Fp8Linear {
+        w: l.w,
+        scale: l.scale,
+        out: l.n,
+        inp: l.k,
+        wt: l.wt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn golden(variant: &str) -> Option<ModelConfig> {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/data/tiny-v4-small")
+            .join(variant);
+        dir.exists().then(|| {
+            Checkpoint::open(&dir)
+                .expect("golden checkpoint")
+                .config()
+                .clone()
+        })
+    }
+
+    /// One GPU takes both golden variants; the split runner only the FP8/FP4 one, naming why.
+    #[test]
+    fn formats_the_runners_take() {
+        let (Some(bf16), Some(quant)) = (golden("bf16"), golden("quant")) else {
+            eprintln!("SKIP: tests/data/tiny-v4-small not found");
+            return;
+        };
+        check_supported(&bf16).expect("BF16 on one GPU");
+        check_supported(&quant).expect("FP8/FP4 on one GPU");
+        check_quantized(&quant).expect("FP8/FP4 split");
+        let err = check_quantized(&bf16).expect_err("BF16 split").to_string();
+        assert!(err.contains("BF16"), "{err}");
+        let mut mixed = bf16.clone();
+        mixed.expert_format = ExpertFormat::Fp4;
+        let err = check_supported(&mixed)
+            .expect_err("BF16 linears, FP4 experts")
+            .to_string();
+        assert!(err.contains("Bf16") && err.contains("Fp4"), "{err}");
+    }
+
+    /// Bank bytes follow the stored format: 2 bytes per BF16 weight, 0.5 + 1/32 per FP4 weight.
+    #[test]
+    fn bank_bytes_follow_the_format() {
+        let Some(mut cfg) = golden("bf16") else {
+            eprintln!("SKIP: tests/data/tiny-v4-small not found");
+            return;
+        };
+        let (e, d, i) = (8, 32, 64);
+        assert_eq!(ExpertBank::bytes_for(&cfg), e * 3 * d * i * 2);
+        cfg.expert_format = ExpertFormat::Fp4;
+        assert_eq!(
+            ExpertBank::bytes_for(&cfg),
+            e * 3 * (d * i / 2 + d * i / 32)
+        );
+    }
 }

@@ -72,11 +72,14 @@ impl Workspace {
             GemvWeights::Fp8,
             GemvWeights::Bf16,
         );
-        // Every GEMV of the step outside the attention block (model.rs, moe.rs).
+        // Every GEMV of the step outside the attention block (model.rs, moe.rs); the shared expert's in
+        // either format (the split-K plan depends on it).
         let needs = [
             gemv_need(sms, r, &[e], d, bf),
             gemv_need(sms, r, &[i, i], d, fp8),
             gemv_need(sms, r, &[d], i, fp8),
+            gemv_need(sms, r, &[i, i], d, bf),
+            gemv_need(sms, r, &[d], i, bf),
             gemv_need(sms, r, &[cfg.vocab_size], d, bf),
         ];
         let ws_len = needs.iter().map(|n| n.0).max().unwrap_or(0);

@@ -5,6 +5,7 @@ pub mod act_quant;
 // attention kernels
 pub mod attn_launch;
 pub mod attn_params;
+pub mod bf16_expert;
 pub mod fp4_expert;
 pub mod gemv;
 pub mod mhc;

@@ -5,4 +5,4 @@ mod ops;
 pub mod prefill;
 pub mod split;
 
-pub use ops::{act_quant, fp4_expert, fp8_gemv, rmsnorm, ActQuant};
+pub use ops::{act_quant, bf16_expert, fp4_expert, fp8_gemv, rmsnorm, ActQuant};

@@ -61,6 +61,41 @@ pub fn fp4_expert(
     y
 }
 
+/// Routed experts with bf16 weights: y[i, n] = sum_j x[r(i), j] * w[e, n, j] for slot i = b*topk + t,
+/// e = ids[i], r(i) = i if `x_per_slot` else b; `w` [experts, n, k]. Slots with an id outside
+/// [0, experts) are left 0.
+#[allow(clippy::too_many_arguments)]
+pub fn bf16_expert(
+    x: &[bf16],
+    w: &[bf16],
+    ids: &[i32],
+    topk: usize,
+    experts: usize,
+    n: usize,
+    k: usize,
+    x_per_slot: bool,
+) -> Vec<f32> {
+    let mut y = vec![0f32; ids.len() * n];
+    for (i, &id) in ids.iter().enumerate() {
+        let Ok(e) = usize::try_from(id) else { continue };
+        if e >= experts {
+            continue;
+        }
+        let xr = if x_per_slot { i } else { i / topk };
+        let xrow = &x[xr * k..(xr + 1) * k];
+        for r in 0..n {
+            let wrow = &w[(e * n + r) * k..(e * n + r + 1) * k];
+            let acc: f64 = xrow
+                .iter()
+                .zip(wrow)
+                .map(|(a, b)| f64::from(a.to_f32()) * f64::from(b.to_f32()))
+                .sum();
+            y[i * n + r] = acc as f32;
+        }
+    }
+    y
+}
+
 /// RMSNorm with f32 weight over rows of width `d`.
 pub fn rmsnorm(x: &[bf16], w: &[f32], d: usize, eps: f32) -> Vec<bf16> {
     let mut y = Vec::with_capacity(x.len());

@@ -209,7 +209,9 @@ fn project(
 ) -> Result<(), GpuError> {
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     let d = cfg.hidden_size;
-    if st.official {
+    // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims).
+    let xq = st.official && layer.wq_a.act_quant();
+    if xq {
         let p = AttnRowPrep {
             x: dptr(a, s),
             out: dptr_mut(&mut sc.xq, s),
@@ -223,12 +225,12 @@ fn project(
         unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
         st.mark("x quant")?;
     }
-    let x = dptr(if st.official { &sc.xq } else { a }, s);
+    let x = dptr(if xq { &sc.xq } else { a }, s);
     let jobs = [
-        Job::fp8(&layer.wq_a, x, dptr_mut(&mut sc.qr_f32, s), s),
-        Job::fp8(&layer.wkv, x, dptr_mut(&mut sc.kv_f32, s), s),
+        Job::linear(&layer.wq_a, x, dptr_mut(&mut sc.qr_f32, s), s),
+        Job::linear(&layer.wkv, x, dptr_mut(&mut sc.kv_f32, s), s),
     ];
-    st.gemv(GemvWeights::Fp8, d, false, &jobs, sc)?;
+    st.gemv(layer.wq_a.wt, d, false, &jobs, sc)?;
     st.mark("wq_a+wkv")?;
     let p = AttnRowPrep {
         x: dptr(&sc.qr_f32, s),
@@ -238,7 +240,12 @@ fn project(
         groups: 1,
         rows: rows as i32,
         width: cfg.q_lora_rank as i32,
-        quant_blk: if st.official { ACT_BLOCK } else { 0 },
+        // wq_b and the indexer's wq_b share this input and its format (check_dims).
+        quant_blk: if st.official && layer.wq_b.act_quant() {
+            ACT_BLOCK
+        } else {
+            0
+        },
         eps: cfg.rms_norm_eps,
     };
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
@@ -246,14 +253,14 @@ fn project(
     st.mark("q norm")?;
     // wq_b and the indexer's wq_b read the same qr: one launch.
     let qr = dptr(&sc.qr, s);
-    let q_job = Job::fp8(&layer.wq_b, qr, dptr_mut(&mut sc.q_f32, s), s);
-    let k = cfg.q_lora_rank;
+    let q_job = Job::linear(&layer.wq_b, qr, dptr_mut(&mut sc.q_f32, s), s);
+    let (k, wt) = (cfg.q_lora_rank, layer.wq_b.wt);
     match &layer.index {
         Some(ix) => {
-            let iq_job = Job::fp8(&ix.wq_b, qr, dptr_mut(&mut sc.iq_f32, s), s);
-            st.gemv(GemvWeights::Fp8, k, false, &[q_job, iq_job], sc)?;
+            let iq_job = Job::linear(&ix.wq_b, qr, dptr_mut(&mut sc.iq_f32, s), s);
+            st.gemv(wt, k, false, &[q_job, iq_job], sc)?;
         }
-        None => st.gemv(GemvWeights::Fp8, k, false, &[q_job], sc)?,
+        None => st.gemv(wt, k, false, &[q_job], sc)?,
     }
     st.mark("wq_b")?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
@@ -342,9 +349,10 @@ fn output(
     let groups = layer.wo_a.len().min(GEMV_GROUPS);
     for (g, w) in layer.wo_a.iter().take(groups).enumerate() {
         let x = o + (2 * g * rows * g_in) as u64;
-        jobs[g] = Job::fp8(w, x, u + (4 * g * rows * lora) as u64, s);
+        jobs[g] = Job::linear(w, x, u + (4 * g * rows * lora) as u64, s);
     }
-    st.gemv(GemvWeights::Fp8, g_in, false, &jobs[..groups], sc)?;
+    // The groups share one format (check_dims).
+    st.gemv(layer.wo_a[0].wt, g_in, false, &jobs[..groups], sc)?;
     st.mark("wo_a")?;
     let p = AttnRowPrep {
         x: dptr(&sc.u_f32, s),
@@ -353,13 +361,17 @@ fn output(
         groups: cfg.o_groups as i32,
         rows: rows as i32,
         width: lora as i32,
-        quant_blk: if st.official { ACT_BLOCK } else { 0 },
+        quant_blk: if st.official && layer.wo_b.act_quant() {
+            ACT_BLOCK
+        } else {
+            0
+        },
         ..Default::default()
     };
     // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("u quant")?;
-    let job = Job::fp8(&layer.wo_b, dptr(&sc.u, s), dptr_mut(out, s), s);
-    st.gemv(GemvWeights::Fp8, layer.wo_b.k, true, &[job], sc)?;
+    let job = Job::linear(&layer.wo_b, dptr(&sc.u, s), dptr_mut(out, s), s);
+    st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
     st.mark("wo_b")
 }

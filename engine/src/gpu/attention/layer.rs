@@ -7,15 +7,26 @@ use super::rope::rope_freqs;
 use crate::model::checkpoint::{Checkpoint, Dtype};
 use crate::model::{AttentionKind, ModelConfig, CSA_RATIO};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
-use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{bf16, GemvWeights, GpuContext};
 use std::sync::Arc;
 
-/// An FP8 `[n, k]` weight with its `[ceil(n/128), ceil(k/128)]` UE8M0 scales.
+/// A `[n, k]` linear as the checkpoint stores it (`wt`): FP8 e4m3 bytes with `[ceil(n/128), ceil(k/128)]`
+/// UE8M0 scales, or bf16 values (as their little-endian bytes) with a 1-byte placeholder `scale` that the
+/// bf16 GEMV never reads.
 pub struct Fp8Linear {
     pub w: CudaSlice<u8>,
     pub scale: CudaSlice<u8>,
     pub n: usize,
     pub k: usize,
+    pub wt: GemvWeights,
+}
+
+impl Fp8Linear {
+    /// Whether the official numerics quantise this linear's input (FP8 act_quant): only for FP8-stored
+    /// weights (the official `linear` dispatches on the weight dtype; golden README, "Official numerics").
+    pub fn act_quant(&self) -> bool {
+        self.wt == GemvWeights::Fp8
+    }
 }
 
 /// One KV compressor: gate bias, norm, and where its κ/γ columns sit in the stacked bf16 projection.
@@ -78,60 +89,47 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn fp8(&self, prefix: &str) -> Result<Fp8Linear, GpuError> {
-        let name = format!("{prefix}.weight");
-        let w = self.ck.raw(&name)?;
-        ensure(w.dtype == Dtype::F8_E4M3 && w.shape.len() == 2, || {
-            format!(
-                "`{name}` is {} {:?}: only FP8 e4m3 linears are supported on the GPU",
-                w.dtype, w.shape
-            )
-        })?;
-        let (n, k) = (w.shape[0], w.shape[1]);
-        let s = self.ck.raw(&format!("{prefix}.scale"))?;
-        ensure(
-            s.dtype == Dtype::F8_E8M0 && s.bytes.len() == n.div_ceil(128) * k.div_ceil(128),
-            || {
-                format!(
-                    "`{prefix}.scale`: expected UE8M0 [{}, {}]",
-                    n.div_ceil(128),
-                    k.div_ceil(128)
-                )
-            },
-        )?;
-        Ok(Fp8Linear {
-            w: self.stream.clone_htod(w.bytes)?,
-            scale: self.stream.clone_htod(s.bytes)?,
-            n,
-            k,
-        })
+        upload_linear(self.stream, self.ck, prefix)
     }
 
-    /// `wo_a` `[G·L, K]` as G weights `[L, K]`, each with its own scale rows.
+    /// `wo_a` `[G·L, K]` as G weights `[L, K]`, each with its own scale rows (FP8) or none (bf16).
     fn fp8_groups(&self, prefix: &str, groups: usize) -> Result<Vec<Fp8Linear>, GpuError> {
-        let w = self.ck.raw(&format!("{prefix}.weight"))?;
-        ensure(
-            w.dtype == Dtype::F8_E4M3 && w.shape.len() == 2 && w.shape[0] % groups == 0,
-            || format!("`{prefix}.weight` is {} {:?}", w.dtype, w.shape),
-        )?;
-        let (n, k) = (w.shape[0], w.shape[1]);
-        let l = n / groups;
-        let s = self.ck.raw(&format!("{prefix}.scale"))?;
-        let kb = k.div_ceil(128);
-        ensure(s.bytes.len() == n.div_ceil(128) * kb, || {
-            format!("`{prefix}.scale` size")
+        let name = format!("{prefix}.weight");
+        let w = self.ck.raw(&name)?;
+        let wt = linear_format(self.ck, &name, w.dtype)?;
+        ensure(w.shape.len() == 2 && w.shape[0] % groups == 0, || {
+            format!("`{name}` is {} {:?}", w.dtype, w.shape)
         })?;
+        let (n, k) = (w.shape[0], w.shape[1]);
+        let (l, esize) = (n / groups, w.dtype.size());
+        let fp8 = wt == GemvWeights::Fp8;
+        let s = if fp8 {
+            Some(self.ck.raw(&format!("{prefix}.scale"))?)
+        } else {
+            None
+        };
+        let kb = k.div_ceil(128);
+        ensure(
+            s.is_none_or(|s| s.bytes.len() == n.div_ceil(128) * kb),
+            || format!("`{prefix}.scale` size"),
+        )?;
         (0..groups)
             .map(|g| {
-                let scale = group_scales(s.bytes, g * l, l, kb).ok_or_else(|| {
-                    GpuError::Unsupported(format!("`{prefix}`: group rows straddle scale blocks"))
-                })?;
+                let scale = match &s {
+                    Some(s) => group_scales(s.bytes, g * l, l, kb).ok_or_else(|| {
+                        GpuError::Unsupported(format!(
+                            "`{prefix}`: group rows straddle scale blocks"
+                        ))
+                    })?,
+                    None => vec![0u8],
+                };
+                let rows = g * l * k * esize..(g + 1) * l * k * esize;
                 Ok(Fp8Linear {
-                    w: self
-                        .stream
-                        .clone_htod(&w.bytes[g * l * k..(g + 1) * l * k])?,
+                    w: self.stream.clone_htod(&w.bytes[rows])?,
                     scale: self.stream.clone_htod(&scale)?,
                     n: l,
                     k,
+                    wt,
                 })
             })
             .collect()
@@ -175,6 +173,56 @@ impl Loader<'_> {
         )?;
         Ok(c)
     }
+}
+
+/// The GEMV format of a stored linear weight: FP8 e4m3 or BF16; anything else is refused naming the tensor.
+fn linear_format(ck: &Checkpoint, name: &str, dtype: Dtype) -> Result<GemvWeights, GpuError> {
+    match dtype {
+        Dtype::F8_E4M3 => Ok(GemvWeights::Fp8),
+        Dtype::BF16 => Ok(GemvWeights::Bf16),
+        other => Err(GpuError::Unsupported(format!(
+            "{}: `{name}` is {other}: the GPU runs FP8 e4m3 (UE8M0 128x128 scales) or BF16 linears",
+            ck.dir().display()
+        ))),
+    }
+}
+
+/// Uploads linear `{prefix}.weight` as stored: FP8 with its `{prefix}.scale`, or BF16 (no scale).
+pub(crate) fn upload_linear(
+    stream: &Arc<CudaStream>,
+    ck: &Checkpoint,
+    prefix: &str,
+) -> Result<Fp8Linear, GpuError> {
+    let name = format!("{prefix}.weight");
+    let w = ck.raw(&name)?;
+    let wt = linear_format(ck, &name, w.dtype)?;
+    ensure(w.shape.len() == 2, || {
+        format!("`{name}` is {} {:?}: not 2-d", w.dtype, w.shape)
+    })?;
+    let (n, k) = (w.shape[0], w.shape[1]);
+    let scale = if wt == GemvWeights::Fp8 {
+        let s = ck.raw(&format!("{prefix}.scale"))?;
+        ensure(
+            s.dtype == Dtype::F8_E8M0 && s.bytes.len() == n.div_ceil(128) * k.div_ceil(128),
+            || {
+                format!(
+                    "`{prefix}.scale`: expected UE8M0 [{}, {}]",
+                    n.div_ceil(128),
+                    k.div_ceil(128)
+                )
+            },
+        )?;
+        stream.clone_htod(s.bytes)?
+    } else {
+        stream.alloc_zeros::<u8>(1)?
+    };
+    Ok(Fp8Linear {
+        w: stream.clone_htod(w.bytes)?,
+        scale,
+        n,
+        k,
+        wt,
+    })
 }
 
 /// The scale rows of weight rows `[r0, r0 + l)` as a standalone `[ceil(l/128), kb]` table, or None when a
@@ -284,6 +332,20 @@ impl AttnLayer {
                 cfg.index_n_heads * cfg.index_head_dim,
                 cfg.q_lora_rank,
             ));
+        }
+        // Matrices that share one grouped GEMV launch must share its weight format.
+        let mut launches = vec![("wq_a and wkv", vec![&self.wq_a, &self.wkv])];
+        launches.push(("the wo_a groups", self.wo_a.iter().collect()));
+        if let Some(i) = &self.index {
+            launches.push(("wq_b and indexer.wq_b", vec![&self.wq_b, &i.wq_b]));
+        }
+        for (what, ls) in launches {
+            ensure(ls.iter().all(|l| l.wt == ls[0].wt), || {
+                format!(
+                    "layer {}: {what} are stored in different formats (one GEMV launch reads them together)",
+                    self.layer
+                )
+            })?;
         }
         for (name, w, n, k) in want {
             ensure(w.n == n && w.k == k && k % 16 == 0, || {

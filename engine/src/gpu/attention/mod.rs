@@ -17,6 +17,7 @@ mod synth;
 
 pub use decode::{decode, decode_heads, decode_profiled};
 pub use error::GpuError;
+pub(crate) use layer::upload_linear;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
 pub use rope::rope_freqs;
 pub(crate) use scratch::gemv_need;

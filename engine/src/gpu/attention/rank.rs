@@ -131,7 +131,7 @@ pub fn latent(
     let mut jobs = [Job::default(); GEMV_GROUPS];
     for (i, w) in layer.wo_a.iter().enumerate() {
         let x = o + (2 * i * rows * g_in) as u64;
-        jobs[i] = Job::fp8(w, x, lat + (4 * out.slot(i) * rows * lora) as u64, s);
+        jobs[i] = Job::linear(w, x, lat + (4 * out.slot(i) * rows * lora) as u64, s);
     }
     st.gemv(GemvWeights::Fp8, g_in, false, &jobs[..out.groups.len()], sc)
 }
@@ -182,6 +182,6 @@ pub fn project(
     } else {
         dptr(&ro.u, s)
     };
-    let job = Job::fp8(wo_b, x, dptr_mut(part, s), s);
+    let job = Job::linear(wo_b, x, dptr_mut(part, s), s);
     st.gemv(GemvWeights::Fp8, wo_b.k, false, &[job], sc)
 }

@@ -87,16 +87,20 @@ impl AttnScratch {
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         let lin_max = 4 * cfg.head_dim + 4 * id + ih;
         let lora = cfg.o_groups * cfg.o_lora_rank;
-        // Every grouped GEMV of `decode` (see decode.rs); the stacked bf16 matrix has at most lin_max rows.
-        let (fp8, bf) = (GemvWeights::Fp8, GemvWeights::Bf16);
+        // Every grouped GEMV of `decode` (see decode.rs), its linears FP8 or bf16 (the split-K plan depends
+        // on the format); the stacked bf16 matrix has at most lin_max rows.
+        let bf = GemvWeights::Bf16;
         let og = cfg.o_groups.max(1);
-        let mut needs = vec![
-            gemv_need(sms, r, &[cfg.q_lora_rank, cfg.head_dim], d, fp8),
-            gemv_need(sms, r, &[hd], cfg.q_lora_rank, fp8),
-            gemv_need(sms, r, &[hd, ih * id], cfg.q_lora_rank, fp8),
-            gemv_need(sms, r, &vec![cfg.o_lora_rank; og], hd / og, fp8),
-            gemv_need(sms, r, &[d], lora, fp8),
-        ];
+        let mut needs = Vec::new();
+        for wt in [GemvWeights::Fp8, bf] {
+            needs.extend([
+                gemv_need(sms, r, &[cfg.q_lora_rank, cfg.head_dim], d, wt),
+                gemv_need(sms, r, &[hd], cfg.q_lora_rank, wt),
+                gemv_need(sms, r, &[hd, ih * id], cfg.q_lora_rank, wt),
+                gemv_need(sms, r, &vec![cfg.o_lora_rank; og], hd / og, wt),
+                gemv_need(sms, r, &[d], lora, wt),
+            ]);
+        }
         needs.extend((1..=lin_max).map(|n| gemv_need(sms, r, &[n], d, bf)));
         let ws = needs.iter().map(|w| w.0).max().unwrap_or(0).max(1);
         let cnt = needs.iter().map(|w| w.1).max().unwrap_or(0).max(1);

@@ -26,7 +26,8 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    pub(crate) fn fp8(w: &Fp8Linear, x: u64, out: u64, s: &CudaStream) -> Job {
+    /// A stored linear (FP8 or bf16: the launch's format is the caller's, `w.wt`).
+    pub(crate) fn linear(w: &Fp8Linear, x: u64, out: u64, s: &CudaStream) -> Job {
         Job {
             x,
             w: dptr(&w.w, s),

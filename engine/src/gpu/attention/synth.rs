@@ -7,7 +7,7 @@ use super::layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
 use super::rope::rope_freqs;
 use crate::model::{AttentionKind, ModelConfig, CSA_RATIO};
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{bf16, GemvWeights, GpuContext};
 
 const KIND_E4M3: i32 = 0;
 const KIND_BYTE: i32 = 1;
@@ -56,6 +56,7 @@ impl Synth<'_> {
             scale: self.fill(n.div_ceil(128) * k.div_ceil(128), KIND_BYTE, byte)?,
             n,
             k,
+            wt: GemvWeights::Fp8,
         })
     }
 

@@ -12,7 +12,7 @@ use crate::gpu::attention::{
 };
 use crate::gpu::weights::{BlockDev, ExpertBank, Fp8Linear, HcDev, MoeDev};
 use crate::gpu::RunnerError;
-use crate::model::{AttentionKind, ModelConfig, CSA_RATIO};
+use crate::model::{AttentionKind, ExpertFormat, ModelConfig, CSA_RATIO};
 use crate::parallel::plan::{RankPlan, SplitMode, SplitPlan};
 use dsv4_kernels::{bf16, GpuContext};
 use std::sync::Arc;
@@ -281,6 +281,7 @@ fn linear(l: AttnFp8) -> Fp8Linear {
         scale: l.scale,
         out: l.n,
         inp: l.k,
+        wt: l.wt,
     }
 }
 
@@ -294,6 +295,7 @@ fn empty_bank(g: &GpuContext) -> Result<ExpertBank, RunnerError> {
         s3: z()?,
         w2: z()?,
         s2: z()?,
+        format: ExpertFormat::Fp4,
     })
 }
 
@@ -336,6 +338,7 @@ fn split_groups(
                 scale: g.stream.clone_htod(&sc)?,
                 n: l,
                 k,
+                wt: whole.wt,
             })
         })
         .collect()

@@ -6,7 +6,7 @@
 use super::build::build_rank;
 use super::stage::GpuStaging;
 use super::weights::{rank_attention_config, RankWeights};
-use crate::gpu::weights::check_supported;
+use crate::gpu::weights::{check_quantized, check_supported};
 use crate::gpu::RunnerError;
 use crate::model::checkpoint::{CheckpointError, CONFIG_FILE};
 use crate::model::ModelConfig;
@@ -28,6 +28,7 @@ pub fn gpu_plan(
     mode: SplitMode,
 ) -> Result<SplitPlan, RunnerError> {
     check_supported(cfg)?;
+    check_quantized(cfg)?;
     let mut plan =
         SplitPlan::new(cfg, ranks, mode).map_err(|e| RunnerError::Split(e.to_string()))?;
     for r in &mut plan.ranks {

@@ -6,6 +6,7 @@
 
 use crate::gpu::weights::ExpertBank;
 use crate::model::checkpoint::Storage;
+use crate::model::ExpertFormat;
 use crate::parallel::load::{LoadError, Piece, Staging};
 use crate::parallel::plan::SplitPlan;
 use crate::parallel::shares::{as_matrix, rank_shares, TensorShare};
@@ -127,6 +128,7 @@ impl GpuStaging {
                     s3: alloc(1)?,
                     w2: alloc(0)?,
                     s2: alloc(1)?,
+                    format: ExpertFormat::Fp4,
                 };
                 v.insert(BankFill { bank, pieces: 0 })
             }

@@ -9,7 +9,7 @@ use crate::model::checkpoint::{Dtype, Storage};
 use crate::parallel::shares::as_matrix;
 use dsv4_kernels::bf16;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::GpuContext;
+use dsv4_kernels::{GemvWeights, GpuContext};
 
 /// FP8 scale block (128 x 128).
 const BLOCK: usize = 128;
@@ -179,5 +179,6 @@ fn fp8_part(rank: usize, gpu: &GpuContext, p: Staged) -> Result<Fp8Linear, Runne
         scale: gpu.stream.clone_htod(&scale)?,
         n: r.len(),
         k: c.len(),
+        wt: GemvWeights::Fp8,
     })
 }

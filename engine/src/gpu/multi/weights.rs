@@ -9,8 +9,8 @@ use crate::gpu::weights::{BlockDev, Fp8Linear, HcDev};
 use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
 use crate::parallel::plan::RankPlan;
-use dsv4_kernels::bf16;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
+use dsv4_kernels::{bf16, GemvWeights};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -109,6 +109,7 @@ pub fn placeholder_fp8(s: &Arc<CudaStream>) -> Result<Fp8Linear, RunnerError> {
         scale: s.alloc_zeros(1)?,
         out: 0,
         inp: 0,
+        wt: GemvWeights::Fp8,
     })
 }
 
@@ -119,5 +120,6 @@ pub fn placeholder_attn_fp8(s: &Arc<CudaStream>) -> Result<AttnFp8, RunnerError>
         scale: s.alloc_zeros(1)?,
         n: 0,
         k: 0,
+        wt: GemvWeights::Fp8,
     })
 }

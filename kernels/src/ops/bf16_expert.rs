@@ -1,0 +1,84 @@
+//! `bf16_expert`: grouped routed-expert GEMV over bf16 weights (see cuda/bf16_expert.cu), for checkpoints
+//! that store the routed experts in BF16. Grouping by `moe_group`, as for the FP4 experts.
+use cudarc::driver::{CudaStream, DevicePtr, LaunchConfig};
+use half::bf16;
+
+use super::fp4_expert::{moe_group_meta_len, ExpertShape};
+use super::gemv::GemvOut;
+use super::{grid, int, ptr};
+use crate::context::GpuContext;
+use crate::error::{check, Result};
+use crate::launch::Args;
+
+const NAME: &str = "bf16_expert";
+
+/// Rows of one expert per block (one per warp; the kernel's BFX_WARPS).
+const ROWS_PER_BLOCK: usize = 8;
+
+impl GpuContext {
+    /// y[slot, n] for every slot, reading each selected expert's rows once per 8 of its tokens. `w` bf16
+    /// [E, N, K], `x` bf16 [B or B*topk, K], `meta` from [`Self::launch_moe_group`], `out` [B*topk, N].
+    pub fn launch_bf16_expert(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        w: &impl DevicePtr<bf16>,
+        meta: &impl DevicePtr<i32>,
+        out: GemvOut<'_>,
+    ) -> Result<()> {
+        let (n, k, e) = (shape.n, shape.k, shape.experts);
+        let s = shape.b * shape.topk;
+        check(NAME, (1..=64).contains(&shape.b) && shape.topk > 0, || {
+            format!("batch {} not in 1..=64 or top-k 0", shape.b)
+        })?;
+        check(NAME, (1..=1024).contains(&e), || {
+            format!("{e} experts not in 1..=1024")
+        })?;
+        check(NAME, n > 0 && k > 0 && k.is_multiple_of(8), || {
+            format!("need N > 0, K % 8 == 0: N {n} K {k}")
+        })?;
+        let xrows = if shape.x_per_slot { s } else { shape.b };
+        check(NAME, x.len() >= xrows * k, || {
+            format!("x has {}, need {}", x.len(), xrows * k)
+        })?;
+        check(NAME, w.len() >= e * n * k, || {
+            format!("w has {} elements, need {}", w.len(), e * n * k)
+        })?;
+        check(NAME, meta.len() >= moe_group_meta_len(s), || {
+            "meta too short".into()
+        })?;
+        check(NAME, out.len >= s * n, || {
+            format!("out has {}, need {}", out.len, s * n)
+        })?;
+        let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot)];
+        let names = ["slots", "topk", "N", "K", "x_per_slot"];
+        let mut iv = [0i32; 5];
+        for (i, (v, name)) in ints.iter().zip(names).enumerate() {
+            iv[i] = int(NAME, name, *v)?;
+        }
+        let (xp, wp, mp) = (ptr(x, stream), ptr(w, stream), ptr(meta, stream));
+        // Fixed grid (graph-capturable): blocks past the device's group count exit.
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(NAME, n.div_ceil(ROWS_PER_BLOCK))?,
+                grid(NAME, e.min(s))?,
+                1,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = Args::new();
+        l.arg(&xp).arg(&wp).arg(&mp).arg(&out.ptr);
+        l.arg(&iv[0])
+            .arg(&iv[1])
+            .arg(&iv[2])
+            .arg(&iv[3])
+            .arg(&iv[4])
+            .arg(&out.bf16);
+        // SAFETY: bf16_expert(x, w, meta, out, S, topk, N, K, x_per_slot, out_bf16); buffers checked above;
+        // expert ids come from meta, which moe_group only fills with ids in [0, E).
+        unsafe { self.launch_k(stream, &self.kernels.bf16_expert, cfg, &mut l) }?;
+        Ok(())
+    }
+}
