@@ -38,27 +38,12 @@ pub fn fp4_expert(
     k: usize,
     x_per_slot: bool,
 ) -> Vec<f32> {
-    let mut y = vec![0f32; ids.len() * n];
-    for (i, &id) in ids.iter().enumerate() {
-        let Ok(e) = usize::try_from(id) else { continue };
-        if e >= experts {
-            continue;
-        }
-        let xr = if x_per_slot { i } else { i / topk };
-        let xrow = &x[xr * k..(xr + 1) * k];
-        for r in 0..n {
-            let row = (e * n + r) * k;
-            let mut acc = 0f64;
-            for (j, xv) in xrow.iter().enumerate() {
-                let byte = w[(row + j) / 2];
-                let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
-                let wv = e2m1_to_f32(nib) * ue8m0(s[row / 32 + j / 32]);
-                acc += f64::from(xv.to_f32()) * f64::from(wv);
-            }
-            y[i * n + r] = acc as f32;
-        }
-    }
-    y
+    let shape = (topk, experts, n, k, x_per_slot);
+    per_slot(x, ids, shape, |row, j| {
+        let byte = w[(row + j) / 2];
+        let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
+        e2m1_to_f32(nib) * ue8m0(s[row / 32 + j / 32])
+    })
 }
 
 /// Routed experts with bf16 weights: y[i, n] = sum_j x[r(i), j] * w[e, n, j] for slot i = b*topk + t,
@@ -75,6 +60,19 @@ pub fn bf16_expert(
     k: usize,
     x_per_slot: bool,
 ) -> Vec<f32> {
+    let shape = (topk, experts, n, k, x_per_slot);
+    per_slot(x, ids, shape, |row, j| w[row + j].to_f32())
+}
+
+/// The routed-expert loop both references share: for every slot with a valid expert e and every output
+/// row r, sum_j x[r(i), j] * weight(element offset of (e, r, 0), j) in f64. `shape` = (topk, experts, n,
+/// k, x_per_slot).
+fn per_slot(
+    x: &[bf16],
+    ids: &[i32],
+    (topk, experts, n, k, x_per_slot): (usize, usize, usize, usize, bool),
+    weight: impl Fn(usize, usize) -> f32,
+) -> Vec<f32> {
     let mut y = vec![0f32; ids.len() * n];
     for (i, &id) in ids.iter().enumerate() {
         let Ok(e) = usize::try_from(id) else { continue };
@@ -84,11 +82,11 @@ pub fn bf16_expert(
         let xr = if x_per_slot { i } else { i / topk };
         let xrow = &x[xr * k..(xr + 1) * k];
         for r in 0..n {
-            let wrow = &w[(e * n + r) * k..(e * n + r + 1) * k];
+            let row = (e * n + r) * k;
             let acc: f64 = xrow
                 .iter()
-                .zip(wrow)
-                .map(|(a, b)| f64::from(a.to_f32()) * f64::from(b.to_f32()))
+                .enumerate()
+                .map(|(j, xv)| f64::from(xv.to_f32()) * f64::from(weight(row, j)))
                 .sum();
             y[i * n + r] = acc as f32;
         }
