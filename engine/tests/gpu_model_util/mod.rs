@@ -354,13 +354,25 @@ pub fn check_bf16_engine_gate(name: &str, got: &[Vec<f32>], golden: &[Vec<f32>])
 /// A bf16 engine moves every logit a little; a row whose top two reference logits are closer than
 /// that movement can flip without any bug (measured: the CPU reference with 1e-2 relative noise on
 /// the attention output agrees with itself on 0.93..1.0 of the synthetic case's rows, depending on
-/// the noise seed). So agreement is counted over the decisive rows only: those whose reference
-/// top-1/top-2 margin exceeds twice the median row max |dlogit| of this very run. Returns
-/// (agreement over decisive rows, fraction of rows that are decisive, noise = that median).
+/// the noise seed; over 8 token seeds the prefill and the decode path each miss 0..4 of 41 rows).
+/// The per-logit error is measured in this very run as sigma = the median over rows of the RMS of
+/// (GPU - reference) logits, which does not grow with the vocabulary as a maximum would. A row is
+/// decisive when its reference top-1/top-2 margin exceeds 6 sigma: the difference of two logit
+/// errors (std sigma * sqrt 2) then exceeds the margin with probability about 1e-5. Returns
+/// (agreement over decisive rows, fraction of rows that are decisive, sigma).
 pub fn decisive_agreement(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f64, f64, f32) {
-    let (noise, _) = official_smoke(got, want);
+    let mut rms: Vec<f32> = got
+        .iter()
+        .zip(want)
+        .map(|(g, w)| {
+            let ss: f64 = g.iter().zip(w).map(|(a, b)| f64::from(a - b).powi(2)).sum();
+            (ss / w.len().max(1) as f64).sqrt() as f32
+        })
+        .collect();
+    rms.sort_by(f32::total_cmp);
+    let sigma = rms.get(rms.len() / 2).copied().unwrap_or(0.0);
     let decisive: Vec<usize> = (0..want.len())
-        .filter(|&r| top_margin(&want[r]) > 2.0 * noise)
+        .filter(|&r| top_margin(&want[r]) > 6.0 * sigma)
         .collect();
     let agree = decisive
         .iter()
@@ -370,7 +382,7 @@ pub fn decisive_agreement(got: &[Vec<f32>], want: &[Vec<f32>]) -> (f64, f64, f32
     (
         agree as f64 / n,
         decisive.len() as f64 / want.len().max(1) as f64,
-        noise,
+        sigma,
     )
 }
 
@@ -389,14 +401,15 @@ fn top_margin(row: &[f32]) -> f32 {
 }
 
 /// The reference-numerics gate of the GPU model tests: median row cosine >= 0.999, argmax
-/// agreement >= 0.95 over the decisive rows ([`decisive_agreement`]), and at least 3/4 of the rows
-/// decisive (so a noisy run cannot excuse itself by making every row undecided).
+/// agreement >= 0.95 over the decisive rows ([`decisive_agreement`]), and at least half of the rows
+/// decisive (a sanity bound: the cosine gate is what bounds the noise; this only keeps the
+/// agreement from being counted over a handful of rows).
 pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
     let (raw, median, min) = compare(got, want);
     let (agree, decisive, noise) = decisive_agreement(got, want);
     eprintln!(
         "{name}: {} rows, median cosine {median:.6} (min {min:.6}), argmax agreement {raw:.3} overall, \
-         {agree:.3} over the {:.0}% decisive rows (noise: median max|dlogit| {noise:.4})",
+         {agree:.3} over the {:.0}% decisive rows (sigma: median row RMS dlogit {noise:.4})",
         got.len(),
         decisive * 100.0
     );
@@ -406,7 +419,7 @@ pub fn check_reference_gate(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
         "{name}: decisive-row agreement {agree} < 0.95"
     );
     assert!(
-        decisive >= 0.75,
+        decisive >= 0.5,
         "{name}: only {decisive} of the rows decisive"
     );
 }
