@@ -2,8 +2,9 @@
 //! (embed → blocks → HC head → head → argmax), CUDA-graph replay per batch-size bucket, and the
 //! [`GpuBackend`] the engine thread drives.
 //!
-//! GPU support is restricted to FP8-linear / FP4-expert checkpoints (the published format); a BF16
-//! checkpoint fails to load with [`RunnerError::Unsupported`] and runs on the CPU backend instead.
+//! Checkpoints: FP8 linears with FP4 experts (the published format: decode, batched prefill, split
+//! over GPUs) or BF16 linears with BF16 experts (one GPU; prompts fed as decode steps). Anything
+//! else fails to load with [`RunnerError::Unsupported`] and runs on the CPU backend instead.
 
 pub mod attention;
 mod backend;
