@@ -15,7 +15,8 @@ for t in .device-bin/main/*; do
     name=$(basename "$t")
     [ "$name" = dsv4 ] && continue
     echo "== $name"
-    if "$t" --test-threads=1 > "$out/$name.log" 2>&1; then
+    # --include-ignored: the GPU-only diagnostics (e.g. gpu_prefill_noise) run here too.
+    if "$t" --test-threads=1 --include-ignored --nocapture > "$out/$name.log" 2>&1; then
         grep -E "test result|SKIP" "$out/$name.log" | tail -3
     else
         status=1

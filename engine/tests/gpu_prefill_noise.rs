@@ -42,7 +42,7 @@ fn stats(got: &[Vec<f32>], want: &[Vec<f32>]) -> (usize, f64) {
 }
 
 #[test]
-#[ignore = "diagnostic: prints the accuracy of stepped and batched prompts over token seeds"]
+#[ignore = "diagnostic: prints the accuracy of stepped and batched prompts over token seeds; scripts/gpu-check.sh runs it on the GPU machine"]
 fn prefill_and_decode_accuracy_over_token_seeds() {
     if !gpu_or_skip() {
         return;

@@ -10,7 +10,7 @@ use super::graph::GraphSet;
 use super::model::{GpuModel, StepInput};
 use super::prefill::PrefillWs;
 use super::sampling::DeviceSampler;
-use super::seqs::{check_draws, dev, feed_steps, SeqTable, StepRunner};
+use super::seqs::{check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner};
 use super::weights::ModelWeightsDev;
 use super::RunnerError;
 use crate::api::{GpuStatus, Numerics};
@@ -179,12 +179,14 @@ impl Backend for GpuBackend {
     }
 
     fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let slot = self.table.free_slot()?;
-        let stream = self.model.ctx.stream.clone();
-        for st in &mut self.model.states {
-            st.reset_slot(&stream, slot).map_err(dev)?;
-        }
-        Ok(self.table.insert(slot))
+        let model = &mut self.model;
+        self.table.create_with(|slot| {
+            let stream = model.ctx.stream.clone();
+            for st in &mut model.states {
+                st.reset_slot(&stream, slot).map_err(dev)?;
+            }
+            Ok(())
+        })
     }
 
     fn release_seq(&mut self, seq: SeqId) {
@@ -196,8 +198,7 @@ impl Backend for GpuBackend {
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        let fed = self.feed(work, None, true)?;
-        Ok(fed.into_iter().map(|(_, l)| l).collect())
+        Ok(logits_only(self.feed(work, None, true)?))
     }
 
     fn forward_pick(
@@ -206,31 +207,31 @@ impl Backend for GpuBackend {
         draws: &[Draw],
     ) -> Result<Vec<u32>, BackendError> {
         check_draws(work, draws)?;
-        let fed = self.feed(work, Some(draws), false)?;
-        Ok(fed.into_iter().map(|(t, _)| t).collect())
+        Ok(tokens_only(self.feed(work, Some(draws), false)?))
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let slot = self.table.get(seq)?.slot;
-        let stream = self.model.ctx.stream.clone();
-        let layers = self
-            .model
-            .states
-            .iter()
-            .map(|st| st.snapshot(&stream, slot))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(dev)?;
-        self.table.save(seq, layers)
+        let model = &self.model;
+        self.table.snapshot_with(seq, |slot| {
+            let stream = &model.ctx.stream;
+            model
+                .states
+                .iter()
+                .map(|st| st.snapshot(stream, slot))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(dev)
+        })
     }
 
     fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let (slot, layers) = self.table.restore_target(seq, snapshot)?;
-        let stream = self.model.ctx.stream.clone();
-        for (st, ls) in self.model.states.iter_mut().zip(layers) {
-            st.restore(&stream, slot, ls).map_err(dev)?;
-        }
-        self.table.rewound(seq, snapshot);
-        Ok(())
+        let model = &mut self.model;
+        self.table.restore_with(seq, snapshot, |slot, layers| {
+            let stream = model.ctx.stream.clone();
+            for (st, ls) in model.states.iter_mut().zip(layers) {
+                st.restore(&stream, slot, ls).map_err(dev)?;
+            }
+            Ok(())
+        })
     }
 
     fn release_snapshot(&mut self, snapshot: SnapshotId) {

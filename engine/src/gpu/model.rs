@@ -222,28 +222,39 @@ pub(crate) struct HcBufs<'a> {
     pub aq: &'a mut CudaSlice<bf16>,
 }
 
-/// HCPre (or HCHead) of `ws.x` fused with its RMSNorm into `ws.a` (mix coefficients into `ws.mix`).
+/// A workspace an HCPre runs in: the decode workspace, or a prefill call's.
+pub(crate) trait HcWorkspace {
+    fn hc_bufs(&mut self) -> HcBufs<'_>;
+}
+
+impl HcWorkspace for Workspace {
+    fn hc_bufs(&mut self) -> HcBufs<'_> {
+        HcBufs {
+            x: &self.x,
+            hc_ws: &mut self.hc_ws,
+            mix: &mut self.mix,
+            a: &mut self.a,
+            aq: &mut self.aq,
+        }
+    }
+}
+
+/// HCPre (or HCHead) of `ws`'s streams fused with its RMSNorm into its `a` (mix coefficients into
+/// its `mix`).
 pub(crate) fn hc_pre(
     ctx: &GpuContext,
     cfg: &ModelConfig,
-    ws: &mut Workspace,
+    ws: &mut impl HcWorkspace,
     rows: usize,
     hc: &HcDev,
     norm: &CudaSlice<f32>,
     mixer: Mixer,
 ) -> Result<(), RunnerError> {
-    let b = HcBufs {
-        x: &ws.x,
-        hc_ws: &mut ws.hc_ws,
-        mix: &mut ws.mix,
-        a: &mut ws.a,
-        aq: &mut ws.aq,
-    };
-    hc_pre_into(ctx, cfg, b, rows, hc, norm, mixer)
+    hc_pre_into(ctx, cfg, ws.hc_bufs(), rows, hc, norm, mixer)
 }
 
 /// HCPre (or HCHead) of `b.x` fused with its RMSNorm into `b.a` (mix coefficients into `b.mix`).
-pub(crate) fn hc_pre_into(
+fn hc_pre_into(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     b: HcBufs<'_>,

@@ -50,8 +50,42 @@ impl<S> SeqTable<S> {
         self.next_id
     }
 
+    /// A new sequence at position 0 in a free slot, after `reset(slot)` cleared the slot's state.
+    pub fn create_with(
+        &mut self,
+        reset: impl FnOnce(usize) -> Result<(), BackendError>,
+    ) -> Result<SeqId, BackendError> {
+        let slot = self.free_slot()?;
+        reset(slot)?;
+        Ok(self.insert(slot))
+    }
+
+    /// A snapshot of `seq` holding what `save(slot)` copied of its slot's state.
+    pub fn snapshot_with(
+        &mut self,
+        seq: SeqId,
+        save: impl FnOnce(usize) -> Result<S, BackendError>,
+    ) -> Result<SnapshotId, BackendError> {
+        let state = save(self.get(seq)?.slot)?;
+        self.save(seq, state)
+    }
+
+    /// Rewinds `seq` to `snapshot`: `load(slot, saved)` puts the saved state back, then the
+    /// position follows.
+    pub fn restore_with(
+        &mut self,
+        seq: SeqId,
+        snapshot: SnapshotId,
+        load: impl FnOnce(usize, &S) -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        let (slot, state) = self.restore_target(seq, snapshot)?;
+        load(slot, state)?;
+        self.rewound(seq, snapshot);
+        Ok(())
+    }
+
     /// A free slot for a new sequence (the caller resets its state, then calls [`Self::insert`]).
-    pub fn free_slot(&self) -> Result<usize, BackendError> {
+    fn free_slot(&self) -> Result<usize, BackendError> {
         self.free_slots
             .last()
             .copied()
@@ -59,7 +93,7 @@ impl<S> SeqTable<S> {
     }
 
     /// Takes the slot [`Self::free_slot`] returned for a new sequence at position 0.
-    pub fn insert(&mut self, slot: usize) -> SeqId {
+    fn insert(&mut self, slot: usize) -> SeqId {
         self.free_slots.retain(|&s| s != slot);
         let id = SeqId(self.fresh_id());
         self.seqs.insert(id, Seq { slot, pos: 0 });
@@ -106,7 +140,7 @@ impl<S> SeqTable<S> {
     }
 
     /// Keeps `state` (the slot's saved device state) as a snapshot of `seq` at its position.
-    pub fn save(&mut self, seq: SeqId, state: S) -> Result<SnapshotId, BackendError> {
+    fn save(&mut self, seq: SeqId, state: S) -> Result<SnapshotId, BackendError> {
         let pos = self.get(seq)?.pos;
         let id = SnapshotId(self.fresh_id());
         self.snapshots.insert(id, Snap { seq, pos, state });
@@ -115,7 +149,7 @@ impl<S> SeqTable<S> {
 
     /// The slot and saved state to rewind `seq` to `snapshot`, after checking they belong together;
     /// [`Self::rewound`] then sets the position.
-    pub fn restore_target(
+    fn restore_target(
         &self,
         seq: SeqId,
         snapshot: SnapshotId,
@@ -135,7 +169,7 @@ impl<S> SeqTable<S> {
     }
 
     /// Sets `seq`'s position to the snapshot's, once its state was restored.
-    pub fn rewound(&mut self, seq: SeqId, snapshot: SnapshotId) {
+    fn rewound(&mut self, seq: SeqId, snapshot: SnapshotId) {
         let pos = self.snapshots.get(&snapshot).map(|s| s.pos);
         if let (Some(pos), Some(s)) = (pos, self.seqs.get_mut(&seq)) {
             s.pos = pos;
@@ -145,6 +179,16 @@ impl<S> SeqTable<S> {
     pub fn release_snapshot(&mut self, snapshot: SnapshotId) {
         self.snapshots.remove(&snapshot);
     }
+}
+
+/// The logits of a feed's items (see [`feed_steps`]).
+pub(crate) fn logits_only(fed: Vec<(u32, Vec<f32>)>) -> Vec<Vec<f32>> {
+    fed.into_iter().map(|(_, l)| l).collect()
+}
+
+/// The picked tokens of a feed's items.
+pub(crate) fn tokens_only(fed: Vec<(u32, Vec<f32>)>) -> Vec<u32> {
+    fed.into_iter().map(|(t, _)| t).collect()
 }
 
 /// One decode step as the feeding loop needs it from a runner.
@@ -225,29 +269,46 @@ pub(crate) fn feed_steps<S>(
 mod tests {
     use super::*;
 
+    fn fresh(t: &mut SeqTable<&'static str>) -> SeqId {
+        t.create_with(|_| Ok(())).expect("seq")
+    }
+
+    fn feed(t: &mut SeqTable<&'static str>, seq: SeqId, n: usize) {
+        let toks = vec![1u32; n];
+        t.advance(&[Work { seq, tokens: &toks }]);
+    }
+
     #[test]
     fn slots_are_reused_and_positions_advance() {
-        let mut t: SeqTable<u8> = SeqTable::new(2, 10);
-        let a = t.insert(t.free_slot().expect("slot"));
-        let b = t.insert(t.free_slot().expect("slot"));
+        let mut t = SeqTable::new(2, 10);
+        let (a, b) = (fresh(&mut t), fresh(&mut t));
         assert_ne!(t.get(a).expect("a").slot, t.get(b).expect("b").slot);
-        assert!(t.free_slot().is_err(), "two slots, both taken");
-        let toks = [1u32, 2, 3];
-        t.advance(&[Work {
-            seq: a,
-            tokens: &toks,
-        }]);
+        assert!(t.create_with(|_| Ok(())).is_err(), "two slots, both taken");
+        feed(&mut t, a, 3);
         assert_eq!(t.get(a).expect("a").pos, 3);
         let slot_a = t.get(a).expect("a").slot;
         t.release(a);
         assert!(matches!(t.get(a), Err(BackendError::UnknownSequence(_))));
-        assert_eq!(t.free_slot().expect("freed"), slot_a);
+        let mut reset = None;
+        t.create_with(|slot| {
+            reset = Some(slot);
+            Ok(())
+        })
+        .expect("freed slot");
+        assert_eq!(reset, Some(slot_a));
+    }
+
+    #[test]
+    fn a_failed_reset_keeps_the_slot_free() {
+        let mut t: SeqTable<&str> = SeqTable::new(1, 10);
+        assert!(t.create_with(|_| Err(dev("reset failed"))).is_err());
+        assert!(t.create_with(|_| Ok(())).is_ok());
     }
 
     #[test]
     fn work_is_checked_against_vocab_and_context() {
-        let mut t: SeqTable<u8> = SeqTable::new(1, 4);
-        let a = t.insert(t.free_slot().expect("slot"));
+        let mut t = SeqTable::new(1, 4);
+        let a = fresh(&mut t);
         let ok = [0u32, 1, 2, 3];
         assert!(t
             .check_work(
@@ -282,45 +343,40 @@ mod tests {
 
     #[test]
     fn snapshots_rewind_only_their_own_sequence_backwards() {
-        let mut t: SeqTable<&str> = SeqTable::new(2, 100);
-        let a = t.insert(t.free_slot().expect("slot"));
-        let b = t.insert(t.free_slot().expect("slot"));
-        let two = [5u32, 6];
-        t.advance(&[Work {
-            seq: a,
-            tokens: &two,
-        }]);
-        let snap = t.save(a, "state at 2").expect("save");
-        t.advance(&[Work {
-            seq: a,
-            tokens: &two,
-        }]);
-        let (slot, state) = t.restore_target(a, snap).expect("target");
-        assert_eq!((slot, *state), (t.get(a).expect("a").slot, "state at 2"));
-        t.rewound(a, snap);
+        let mut t = SeqTable::new(2, 100);
+        let (a, b) = (fresh(&mut t), fresh(&mut t));
+        feed(&mut t, a, 2);
+        let snap = t.snapshot_with(a, |_| Ok("state at 2")).expect("save");
+        feed(&mut t, a, 2);
+        let slot_a = t.get(a).expect("a").slot;
+        let mut loaded = None;
+        t.restore_with(a, snap, |slot, st| {
+            loaded = Some((slot, *st));
+            Ok(())
+        })
+        .expect("restore");
+        assert_eq!(loaded, Some((slot_a, "state at 2")));
         assert_eq!(t.get(a).expect("a").pos, 2);
+        let ok = |_: usize, _: &&str| Ok(());
         assert!(matches!(
-            t.restore_target(b, snap),
+            t.restore_with(b, snap, ok),
             Err(BackendError::ForeignSnapshot { .. })
         ));
-        t.advance(&[Work {
-            seq: a,
-            tokens: &two,
-        }]);
-        let later = t.save(a, "later").expect("save");
-        t.rewound(a, snap);
+        feed(&mut t, a, 2);
+        let later = t.snapshot_with(a, |_| Ok("later")).expect("save");
+        t.restore_with(a, snap, ok).expect("restore");
         assert!(matches!(
-            t.restore_target(a, later),
+            t.restore_with(a, later, ok),
             Err(BackendError::StaleSnapshot { .. })
         ));
         t.release_snapshot(snap);
         assert!(matches!(
-            t.restore_target(a, snap),
+            t.restore_with(a, snap, ok),
             Err(BackendError::UnknownSnapshot(_))
         ));
         t.release(a);
         assert!(matches!(
-            t.restore_target(a, later),
+            t.restore_with(a, later, ok),
             Err(BackendError::UnknownSnapshot(_))
         ));
     }

@@ -13,7 +13,9 @@ use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
 use crate::gpu::backend::gpu_status_of;
 use crate::gpu::sampling::DeviceSampler;
-use crate::gpu::seqs::{check_draws, dev, feed_steps, SeqTable, StepRunner};
+use crate::gpu::seqs::{
+    check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner,
+};
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
 use crate::model::ModelConfig;
 use crate::parallel::plan::SplitPlan;
@@ -211,14 +213,16 @@ impl Backend for MultiGpuBackend {
     }
 
     fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let slot = self.table.free_slot()?;
-        for r in &mut self.model.ranks {
-            let stream = r.gpu.stream.clone();
-            for st in &mut r.states {
-                st.reset_slot(&stream, slot).map_err(dev)?;
+        let ranks = &mut self.model.ranks;
+        self.table.create_with(|slot| {
+            for r in ranks.iter_mut() {
+                let stream = r.gpu.stream.clone();
+                for st in &mut r.states {
+                    st.reset_slot(&stream, slot).map_err(dev)?;
+                }
             }
-        }
-        Ok(self.table.insert(slot))
+            Ok(())
+        })
     }
 
     fn release_seq(&mut self, seq: SeqId) {
@@ -230,8 +234,7 @@ impl Backend for MultiGpuBackend {
     }
 
     fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        let fed = self.feed(work, None, true)?;
-        Ok(fed.into_iter().map(|(_, l)| l).collect())
+        Ok(logits_only(self.feed(work, None, true)?))
     }
 
     fn forward_pick(
@@ -240,35 +243,36 @@ impl Backend for MultiGpuBackend {
         draws: &[Draw],
     ) -> Result<Vec<u32>, BackendError> {
         check_draws(work, draws)?;
-        let fed = self.feed(work, Some(draws), false)?;
-        Ok(fed.into_iter().map(|(t, _)| t).collect())
+        Ok(tokens_only(self.feed(work, Some(draws), false)?))
     }
 
     fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let slot = self.table.get(seq)?.slot;
-        let mut ranks = Vec::with_capacity(self.model.ranks.len());
-        for r in &self.model.ranks {
-            let layers = r
-                .states
+        let ranks = &self.model.ranks;
+        self.table.snapshot_with(seq, |slot| {
+            ranks
                 .iter()
-                .map(|st| st.snapshot(&r.gpu.stream, slot))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(dev)?;
-            ranks.push(layers);
-        }
-        self.table.save(seq, ranks)
+                .map(|r| {
+                    r.states
+                        .iter()
+                        .map(|st| st.snapshot(&r.gpu.stream, slot))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(dev)
+                })
+                .collect()
+        })
     }
 
     fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let (slot, ranks) = self.table.restore_target(seq, snapshot)?;
-        for (r, layers) in self.model.ranks.iter_mut().zip(ranks) {
-            let stream = r.gpu.stream.clone();
-            for (st, ls) in r.states.iter_mut().zip(layers) {
-                st.restore(&stream, slot, ls).map_err(dev)?;
+        let ranks = &mut self.model.ranks;
+        self.table.restore_with(seq, snapshot, |slot, saved| {
+            for (r, layers) in ranks.iter_mut().zip(saved) {
+                let stream = r.gpu.stream.clone();
+                for (st, ls) in r.states.iter_mut().zip(layers) {
+                    st.restore(&stream, slot, ls).map_err(dev)?;
+                }
             }
-        }
-        self.table.rewound(seq, snapshot);
-        Ok(())
+            Ok(())
+        })
     }
 
     fn release_snapshot(&mut self, snapshot: SnapshotId) {

@@ -17,8 +17,7 @@ mod ws;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
-use super::model::{hc_pre_into, GpuModel, HcBufs, Mixer};
-use super::weights::HcDev;
+use super::model::{hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer};
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
@@ -205,22 +204,14 @@ impl GpuModel {
     }
 }
 
-/// HCPre (or HCHead) of the call's streams fused with its RMSNorm into `ws.a` (mix into `ws.mix`).
-fn hc_pre(
-    ctx: &GpuContext,
-    cfg: &ModelConfig,
-    ws: &mut PrefillWs,
-    rows: usize,
-    hc: &HcDev,
-    norm: &CudaSlice<f32>,
-    mixer: Mixer,
-) -> Result<(), RunnerError> {
-    let b = HcBufs {
-        x: &ws.x,
-        hc_ws: &mut ws.hc_ws,
-        mix: &mut ws.mix,
-        a: &mut ws.a,
-        aq: &mut ws.aq,
-    };
-    hc_pre_into(ctx, cfg, b, rows, hc, norm, mixer)
+impl HcWorkspace for PrefillWs {
+    fn hc_bufs(&mut self) -> HcBufs<'_> {
+        HcBufs {
+            x: &self.x,
+            hc_ws: &mut self.hc_ws,
+            mix: &mut self.mix,
+            a: &mut self.a,
+            aq: &mut self.aq,
+        }
+    }
 }
