@@ -48,7 +48,7 @@ pub struct BenchArgs {
     /// Split modes to run with --gpus, in turn.
     #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
     split: Vec<SplitMode>,
-    /// Prompt lengths of the batched-prefill timing (empty: skip it).
+    /// Prompt lengths of the batched-prefill timing (`0`: skip it).
     #[arg(long, value_delimiter = ',', default_value = "1024,8192")]
     prefill: Vec<usize>,
     /// Tokens per batched-prefill call.
@@ -115,7 +115,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let longest = args.prefill.iter().copied().max().unwrap_or(0);
+    let prompts: Vec<usize> = args.prefill.iter().copied().filter(|&p| p > 0).collect();
+    let longest = prompts.iter().copied().max().unwrap_or(0);
     let max_ctx = args
         .contexts
         .iter()
@@ -127,7 +128,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         + args.steps
         + 8;
     let chunk = args.prefill_chunk.max(1);
-    let prefill_bytes = if args.prefill.is_empty() {
+    let prefill_bytes = if prompts.is_empty() {
         0
     } else {
         PrefillWs::bytes_for(&cfg, chunk, max_ctx)
@@ -174,9 +175,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         prefill_profile: Vec::new(),
     };
     print_report(&report);
-    if !args.prefill.is_empty() {
+    if !prompts.is_empty() {
         let mut ws = PrefillWs::new(&model.ctx, &model.cfg, chunk, max_ctx)?;
-        report.prefill = prefill::time_prompts(&mut model, &mut ws, &args.prefill, chunk)?;
+        report.prefill = prefill::time_prompts(&mut model, &mut ws, &prompts, chunk)?;
         if args.profile {
             report.prefill_profile = prefill::profile(&mut model, &mut ws, chunk)?;
         }
