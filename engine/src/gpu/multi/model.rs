@@ -11,7 +11,7 @@
 use super::collective::GpuCollective;
 use super::rank::Rank;
 use crate::api::Numerics;
-use crate::gpu::{RunnerError, StepInput};
+use crate::gpu::{PrefillWs, RunnerError, StepInput};
 use crate::model::ModelConfig;
 use crate::parallel::plan::{SplitMode, SplitPlan};
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaSlice};
@@ -43,6 +43,8 @@ pub struct MultiModel {
     pub comm: Box<dyn GpuCollective>,
     pub seq_slots: usize,
     pub max_rows: usize,
+    /// One batched-prefill workspace per rank (empty: prompts run as decode steps; see prefill.rs).
+    pub prefill: Vec<PrefillWs>,
     /// Host staging for the padded step inputs (reused: no per-step allocation).
     staging: [Vec<i32>; 3],
 }
@@ -72,6 +74,7 @@ impl MultiModel {
             comm,
             seq_slots,
             max_rows,
+            prefill: Vec::new(),
             staging: [vec![0; max_rows], vec![0; max_rows], vec![0; max_rows]],
         })
     }
