@@ -12,13 +12,13 @@ use crate::api::{GpuStatus, SplitMode};
 use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
 use crate::gpu::backend::gpu_status_of;
+use crate::gpu::backend::PREFILL_TOKENS;
 use crate::gpu::prefill::feed::{feed_chunks, ChunkRunner};
 use crate::gpu::prefill::{self, PrefillSeg};
 use crate::gpu::sampling::DeviceSampler;
 use crate::gpu::seqs::{
     check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner,
 };
-use crate::gpu::backend::PREFILL_TOKENS;
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
 use crate::model::ModelConfig;
 use crate::parallel::plan::SplitPlan;

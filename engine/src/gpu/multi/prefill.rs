@@ -84,15 +84,15 @@ impl MultiModel {
             let plan = plan_call(&rank.gpu, cfg, ws, segs, limit)?;
             match done.last() {
                 None => {
-                    let table = rank.w.embed.as_ref().ok_or_else(|| {
-                        RunnerError::Split(format!("rank {r} has no embedding"))
-                    })?;
+                    let table =
+                        rank.w.embed.as_ref().ok_or_else(|| {
+                            RunnerError::Split(format!("rank {r} has no embedding"))
+                        })?;
                     embed(&rank.gpu, cfg, &plan, ws, table)?;
                 }
-                Some(prev) => {
-                    self.comm
-                        .send(r - 1, r, &prev.x, &mut ws.x, plan.rows * width)?
-                }
+                Some(prev) => self
+                    .comm
+                    .send(r - 1, r, &prev.x, &mut ws.x, plan.rows * width)?,
             }
             let blocks = Blocks {
                 blocks: &rank.w.blocks,
