@@ -1,6 +1,8 @@
 //! [`MultiGpuBackend`]: the split model behind the engine's [`Backend`] interface, the sibling of the
 //! one-GPU [`crate::gpu::GpuBackend`] (which stays the path for one GPU). Sequences map to state slots
-//! that exist on every rank; snapshots save every rank's layers of a slot.
+//! that exist on every rank; snapshots save every rank's layers of a slot. Chunks longer than one token
+//! go through the layer split's batched prefill (multi/prefill.rs), as on one GPU; the tensor split
+//! feeds them as decode steps.
 
 use super::collective::{GpuCollective, NcclComms, OnDeviceSum};
 use super::graph::MultiGraphs;
@@ -48,7 +50,7 @@ pub struct MultiGpuBackend {
     table: SeqTable<Vec<Vec<AttnSnapshot>>>,
 }
 
-/// The split runner's decode step, for [`feed_steps`].
+/// The split runner's decode step and batched prefill, for [`feed_steps`] and [`feed_chunks`].
 struct SplitSteps<'a> {
     model: &'a mut MultiModel,
     graphs: &'a MultiGraphs,

@@ -56,6 +56,15 @@ pub struct BenchArgs {
     prefill_chunk: usize,
 }
 
+impl BenchArgs {
+    /// Context the caches are made for: the longest live context or prompt, plus the timed steps.
+    fn max_context(&self) -> usize {
+        let longest = self.prefill.iter().copied().max().unwrap_or(0);
+        let ctx = self.contexts.iter().copied().max().unwrap_or(4096);
+        ctx.max(longest) + self.warmup + self.steps + 8
+    }
+}
+
 fn parse_split(s: &str) -> Result<SplitMode, String> {
     match s {
         "tensor" => Ok(SplitMode::Tensor),
@@ -115,17 +124,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let longest = args.prefill.iter().copied().max().unwrap_or(0);
-    let max_ctx = args
-        .contexts
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(4096)
-        .max(longest)
-        + args.warmup
-        + args.steps
-        + 8;
+    let max_ctx = args.max_context();
     let chunk = args.prefill_chunk.max(1);
     let prefill_bytes = if args.prefill.is_empty() {
         0

@@ -89,17 +89,7 @@ pub fn run(
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let longest = args.prefill.iter().copied().max().unwrap_or(0);
-    let max_ctx = args
-        .contexts
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(4096)
-        .max(longest)
-        + args.warmup
-        + args.steps
-        + 8;
+    let max_ctx = args.max_context();
     let mut ranks = Vec::with_capacity(gpus.len());
     let mut gb = Vec::new();
     for (r, g) in gpus.iter().enumerate() {
