@@ -4,7 +4,8 @@
 //! one-GPU runner against the CPU), layer split bit for bit, graph replay equal to eager. Batched
 //! prefill (layer split, 2 and 3 ranks): prompts in one chunk, in uneven chunks of several sequences per
 //! call, and through a snapshot and restore, bit for bit against the one-GPU prefill fed the same way
-//! and within the one-GPU runner's gates against the CPU reference, decode continuing after it. With
+//! and within the one-GPU runner's gates against the CPU reference, decode continuing after it; tensor
+//! split the same with the decode tests' gates (one rank: bit for bit). With
 //! two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer than two).
 //! `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
 
@@ -80,9 +81,14 @@ fn run_split(
     teacher_forced_stepwise(&mut split_backend(case, n, graphs, devices, mode), case)
 }
 
-/// The prompt in one forward (the layer split's batched prefill), then decode steps.
-fn run_split_prefill(case: &Case, n: Numerics, devices: &[usize]) -> Vec<Vec<f32>> {
-    let mut b = split_backend(case, n, true, devices, SplitMode::Layer);
+/// The prompt in one forward (the split's batched prefill), then decode steps.
+fn run_split_prefill(
+    case: &Case,
+    n: Numerics,
+    devices: &[usize],
+    mode: SplitMode,
+) -> Vec<Vec<f32>> {
+    let mut b = split_backend(case, n, true, devices, mode);
     teacher_forced(&mut b, case)
 }
 
@@ -260,13 +266,16 @@ fn nccl_tensor_and_layer_split_match_one_gpu() {
                 &one,
             );
         }
-        let prefilled = run_split_prefill(&case, n, &devices);
+        let prefilled = run_split_prefill(&case, n, &devices, SplitMode::Layer);
         let one_prefill = run_gpu(&case, n, true);
         assert_bits(
             &format!("NCCL layer split {devices:?} prefill, {n:?}"),
             &prefilled,
             &one_prefill,
         );
+        let tp_prefill = run_split_prefill(&case, n, &devices, SplitMode::Tensor);
+        let what = format!("NCCL tensor split {devices:?} prefill vs one GPU");
+        check_close(&what, n, &tp_prefill, &one_prefill);
         let mut one_b = gpu_backend(&case, n, true);
         let mut split_b = split_backend(&case, n, true, &devices, SplitMode::Layer);
         assert_bits(
@@ -355,7 +364,7 @@ fn layer_split_prefill_is_the_one_gpu_prefill() {
         let one = run_gpu(&case, n, true);
         let cpu = run_cpu(&case, n);
         for ranks in [2, 3] {
-            let split = run_split_prefill(&case, n, &vec![0; ranks]);
+            let split = run_split_prefill(&case, n, &vec![0; ranks], SplitMode::Layer);
             assert_bits(
                 &format!("layer split prefill, {ranks} ranks, {n:?}"),
                 &split,
@@ -398,5 +407,77 @@ fn layer_split_uneven_chunks_and_reuse_match_one_gpu_and_cpu() {
             Numerics::Reference => check_bf16_engine_gate(&what, &one, &cpu),
             Numerics::Official => check_official(&what, &one, &cpu),
         }
+    }
+}
+
+/// The tensor split's batched prefill: one rank bit for bit the one-GPU prefill (as its decode step is
+/// the one-GPU step); 2 and 3 ranks (golden: with the latent exchange) within the decode tests' gates of
+/// the one-GPU prefill and of the CPU split model, decode continuing after it.
+#[test]
+fn tensor_split_prefill_matches_one_gpu_prefill_and_cpu_split() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let single = run_split_prefill(&case, n, &[0], SplitMode::Tensor);
+        assert_bits(
+            &format!("tensor split prefill, 1 rank, {n:?}"),
+            &single,
+            &one,
+        );
+        for ranks in [2, 3] {
+            let split = run_split_prefill(&case, n, &vec![0; ranks], SplitMode::Tensor);
+            check_close(
+                &format!("tensor prefill, {ranks} ranks vs one GPU"),
+                n,
+                &split,
+                &one,
+            );
+            let cpu = run_cpu_split(&case, ranks, SplitMode::Tensor, n);
+            check_close(
+                &format!("tensor prefill, {ranks} ranks vs CPU split"),
+                n,
+                &split,
+                &cpu,
+            );
+        }
+    }
+}
+
+/// Uneven chunks of two sequences per call and a snapshot/restore through the tensor split's prefill,
+/// against the one-GPU runner fed the same way.
+#[test]
+fn tensor_split_prefill_uneven_chunks_and_reuse() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = scripted(&mut gpu_backend(&case, n, true), &case);
+        for ranks in [2, 3] {
+            let mut b = split_backend(&case, n, true, &vec![0; ranks], SplitMode::Tensor);
+            let split = scripted(&mut b, &case);
+            check_close(
+                &format!("tensor split, {ranks} ranks, scripted"),
+                n,
+                &split,
+                &one,
+            );
+        }
+    }
+}
+
+/// The tensor split's prefill without a latent exchange and with the shared expert's rows split.
+#[test]
+fn tensor_split_prefill_without_latent_exchange_and_with_shared_rows_split() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let case = synthetic(tmp.path());
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let split = run_split_prefill(&case, n, &[0, 0], SplitMode::Tensor);
+        check_close("synthetic prefill, 2 ranks vs one GPU", n, &split, &one);
     }
 }

@@ -1,8 +1,7 @@
 //! [`MultiGpuBackend`]: the split model behind the engine's [`Backend`] interface, the sibling of the
 //! one-GPU [`crate::gpu::GpuBackend`] (which stays the path for one GPU). Sequences map to state slots
 //! that exist on every rank; snapshots save every rank's layers of a slot. Chunks longer than one token
-//! go through the layer split's batched prefill (multi/prefill.rs), as on one GPU; the tensor split
-//! feeds them as decode steps.
+//! go through the split's batched prefill (multi/prefill.rs, prefill_tp.rs), as on one GPU.
 
 use super::collective::{GpuCollective, NcclComms, OnDeviceSum};
 use super::graph::MultiGraphs;
@@ -168,8 +167,8 @@ impl MultiGpuBackend {
         &self.model
     }
 
-    /// Feeds every item's tokens: through the batched prefill when a chunk is longer than one token and
-    /// the split has one, otherwise one token per item per step; after each item's last token records
+    /// Feeds every item's tokens: through the batched prefill when a chunk is longer than one token (and
+    /// its workspaces fit), otherwise one token per item per step; after each item's last token records
     /// the token its draw picks (greedy without `draws`) and, with `logits`, its logits.
     fn feed(
         &mut self,

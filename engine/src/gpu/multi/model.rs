@@ -11,6 +11,7 @@
 use super::collective::GpuCollective;
 use super::rank::Rank;
 use crate::api::Numerics;
+use crate::gpu::prefill::tp::TpPrefillWs;
 use crate::gpu::{PrefillWs, RunnerError, StepInput};
 use crate::model::ModelConfig;
 use crate::parallel::plan::{SplitMode, SplitPlan};
@@ -45,6 +46,8 @@ pub struct MultiModel {
     pub max_rows: usize,
     /// One batched-prefill workspace per rank (empty: prompts run as decode steps; see prefill.rs).
     pub prefill: Vec<PrefillWs>,
+    /// Tensor split: each rank's buffers of the split prefill parts (empty otherwise).
+    pub prefill_tp: Vec<TpPrefillWs>,
     /// Host staging for the padded step inputs (reused: no per-step allocation).
     staging: [Vec<i32>; 3],
 }
@@ -75,6 +78,7 @@ impl MultiModel {
             seq_slots,
             max_rows,
             prefill: Vec::new(),
+            prefill_tp: Vec::new(),
             staging: [vec![0; max_rows], vec![0; max_rows], vec![0; max_rows]],
         })
     }

@@ -1,16 +1,14 @@
-//! Batched prefill of the layer split: each rank runs the one-GPU per-block prefill
-//! ([`crate::gpu::prefill::run_blocks`]) over the call's rows for its layers and hands the residual
-//! streams `[rows, 4, hidden]` bf16 on to the next rank (the decode step's hand-off: an NCCL send/receive,
-//! or a device copy for ranks simulated on one GPU); the last rank runs the head on each segment's last
-//! row. Every rank plans the call on its own workspace (host layout, uploads on its stream), so nothing
-//! waits on the host between ranks. Same kernels on the same inputs as on one GPU: bit-identical.
+//! Batched prefill of the split runner, in calls of several sequences' chunks like one GPU's.
 //!
-//! The tensor split has no batched prefill yet (its chunks run as decode steps): it needs the prefill
-//! attention over a rank's heads with the `wo_b` columns into an f32 partial (and the latent exchange),
-//! the prefill MoE over the rank's experts only (localised ids, masked slots, the rank sum) and the
-//! shared-expert rows, with an all-reduce of `[rows, hidden]` f32 after each sub-block.
+//! Layer split: each rank runs the one-GPU per-block prefill ([`crate::gpu::prefill::run_blocks`]) over the
+//! call's rows for its layers and hands the residual streams `[rows, 4, hidden]` bf16 on to the next rank
+//! (the decode step's hand-off: an NCCL send/receive, or a device copy for ranks simulated on one GPU); the
+//! last rank runs the head on each segment's last row. Every rank plans the call on its own workspace (host
+//! layout, uploads on its stream), so nothing waits on the host between ranks. Same kernels on the same
+//! inputs as on one GPU: bit-identical. Tensor split: prefill_tp.rs.
 
 use super::model::MultiModel;
+use crate::gpu::prefill::tp::TpPrefillWs;
 use crate::gpu::prefill::{embed, last_rows_to, plan_call, run_blocks, Blocks, PrefillSeg};
 use crate::gpu::prefill::{PrefillHook, PrefillWs};
 use crate::gpu::RunnerError;
@@ -18,20 +16,28 @@ use crate::parallel::plan::SplitMode;
 use dsv4_kernels::HC_STREAMS;
 
 impl MultiModel {
-    /// Gives every rank a prefill workspace of `max_tokens` rows (layer split only: see the module doc).
-    /// Returns false, holding none, when the split has no batched prefill or a workspace does not fit.
+    /// Gives every rank a prefill workspace of `max_tokens` rows (and the tensor split's buffers).
+    /// Returns false, holding none, when a workspace does not fit.
     pub fn enable_prefill(&mut self, max_tokens: usize) -> bool {
         self.prefill.clear();
-        if self.plan.mode != SplitMode::Layer {
-            return false;
-        }
-        let limit = self.max_context();
-        let made: Result<Vec<PrefillWs>, RunnerError> = self
+        self.prefill_tp.clear();
+        let (limit, cfg) = (self.max_context(), &self.cfg);
+        let tensor = self.plan.mode == SplitMode::Tensor;
+        let made: Result<Vec<_>, RunnerError> = self
             .ranks
             .iter()
-            .map(|r| PrefillWs::new(&r.gpu, &self.cfg, max_tokens, limit))
+            .map(|r| {
+                let ws = PrefillWs::new(&r.gpu, cfg, max_tokens, limit)?;
+                let tp = tensor
+                    .then(|| TpPrefillWs::new(&r.gpu, cfg, max_tokens))
+                    .transpose()?;
+                Ok((ws, tp))
+            })
             .collect();
-        self.prefill = made.unwrap_or_default();
+        for (ws, tp) in made.unwrap_or_default() {
+            self.prefill.push(ws);
+            self.prefill_tp.extend(tp);
+        }
         !self.prefill.is_empty()
     }
 
@@ -74,7 +80,11 @@ impl MultiModel {
                 max: self.max_rows,
             });
         }
-        let (limit, cfg) = (self.max_context(), &self.cfg);
+        let limit = self.max_context();
+        if self.plan.mode == SplitMode::Tensor {
+            return self.prefill_tensor(segs, limit, hook);
+        }
+        let cfg = &self.cfg;
         let width = HC_STREAMS * cfg.hidden_size;
         let mut last = None;
         for r in 0..self.ranks.len() {

@@ -13,6 +13,7 @@ pub(crate) mod feed;
 mod gemm;
 mod moe;
 mod plan;
+pub(crate) mod tp;
 mod ws;
 
 pub(crate) use plan::Plan;

@@ -1,8 +1,8 @@
 //! `dsv4 bench --gpus 0,1 --split tensor|layer`: the full-size synthetic model split over several GPUs
 //! (each rank's share generated on its GPU, every layer with its own experts), decode timed per step
 //! (host clock around input copy + step + greedy ids back, the step's one sync), eager and graph replay,
-//! and the time inside collectives of an eager step; with the layer split also the batched prefill
-//! (prompts of `--prefill` lengths in calls of `--prefill-chunk` tokens, host clock to the first token).
+//! and the time inside collectives of an eager step; then the batched prefill (prompts of `--prefill`
+//! lengths in calls of `--prefill-chunk` tokens, host clock to the first token).
 
 use super::measure::Inputs;
 use super::plan;
@@ -42,7 +42,7 @@ pub struct MultiReport {
     pub weights_gb_per_rank: Vec<f64>,
     pub graph_error: Option<String>,
     pub rows: Vec<MultiRow>,
-    /// Batched prefill (layer split; empty otherwise).
+    /// Batched prefill (empty without `--prefill`).
     pub prefill: Vec<PrefillRow>,
 }
 
@@ -162,7 +162,7 @@ pub fn run(
         }
     }
     let chunk = args.prefill_chunk.max(1);
-    let prefill = if args.prefill.is_empty() || mode != SplitMode::Layer || without_collectives {
+    let prefill = if args.prefill.is_empty() || without_collectives {
         Vec::new()
     } else if model.enable_prefill(chunk) {
         let mut r = SplitPrompts {
