@@ -56,6 +56,20 @@ pub struct BenchArgs {
     prefill_chunk: usize,
 }
 
+impl BenchArgs {
+    /// The prefill prompt lengths to time (`0` entries dropped).
+    pub(super) fn prompts(&self) -> Vec<usize> {
+        self.prefill.iter().copied().filter(|&p| p > 0).collect()
+    }
+
+    /// Context the caches are made for: the longest live context or prompt, plus the timed steps.
+    fn max_context(&self) -> usize {
+        let longest = self.prompts().into_iter().max().unwrap_or(0);
+        let ctx = self.contexts.iter().copied().max().unwrap_or(4096);
+        ctx.max(longest) + self.warmup + self.steps + 8
+    }
+}
+
 fn parse_split(s: &str) -> Result<SplitMode, String> {
     match s {
         "tensor" => Ok(SplitMode::Tensor),
@@ -115,18 +129,8 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let prompts: Vec<usize> = args.prefill.iter().copied().filter(|&p| p > 0).collect();
-    let longest = prompts.iter().copied().max().unwrap_or(0);
-    let max_ctx = args
-        .contexts
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(4096)
-        .max(longest)
-        + args.warmup
-        + args.steps
-        + 8;
+    let prompts = args.prompts();
+    let max_ctx = args.max_context();
     let chunk = args.prefill_chunk.max(1);
     let prefill_bytes = if prompts.is_empty() {
         0
