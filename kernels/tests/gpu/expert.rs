@@ -1,5 +1,5 @@
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Tune, GemvOut};
+use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Mat, Fp4Tune, GemvOut};
 use rand::Rng;
 
 use crate::common::*;
@@ -21,7 +21,7 @@ pub fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usiz
 }
 
 /// CPU grouping, the layout moe_group must produce.
-fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
+pub fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
     let s = ids.len();
     let mut meta = vec![0i32; moe_group_meta_len(s)];
     let mut g = 0usize;
@@ -201,4 +201,77 @@ fn fp4_expert_small_batches_every_variant() {
         (9, 1, 1, 40, 256, false),
     ];
     run_cases(&g, 500, &cases, &every_tune());
+}
+
+/// The paired launch (w1 and w3 over the same x and grouping, grid z = 2) gives each matrix the same bits as
+/// its single launch, for every tuning, on shapes with partial row tiles, K % 128 != 0 and multi-pass groups.
+/// (The single launches are checked against the CPU reference above.)
+#[test]
+fn fp4_expert_pair_matches_single_launches() {
+    let Some(g) = gpu() else { return };
+    let cases = [
+        (1, 6, 8, 77, 1056, false),
+        (3, 6, 8, 150, 160, false),
+        (9, 1, 1, 40, 256, false),
+        (64, 6, 256, 40, 512, false),
+    ];
+    for (i, &(b, topk, experts, n, k, _)) in cases.iter().enumerate() {
+        let shape = ExpertShape {
+            b,
+            topk,
+            experts,
+            n,
+            k,
+            x_per_slot: false,
+        };
+        let mut r = rng(600 + i as u64);
+        let s = b * topk;
+        let ids = rand_ids(&mut r, b, topk, experts);
+        let x = upload(&g, &rand_bf16(&mut r, b * k));
+        let w: Vec<_> = (0..2)
+            .map(|_| upload(&g, &rand_bytes(&mut r, experts * n * k / 2)))
+            .collect();
+        let sc: Vec<_> = (0..2)
+            .map(|_| upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128)))
+            .collect();
+        let dids = upload(&g, &ids);
+        let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(s)]);
+        g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
+            .expect("moe_group");
+        for tune in every_tune() {
+            let t = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
+            let mut single = Vec::new();
+            for m in 0..2 {
+                let mut y = upload(&g, &vec![f32::NAN; s * n]);
+                let out = GemvOut::f32(&mut y, &g.stream);
+                g.launch_fp4_expert_tuned(&g.stream, &shape, &x, &w[m], &sc[m], &meta, out, t)
+                    .expect("single");
+                single.push(download(&g, &y));
+            }
+            let mut ya = upload(&g, &vec![f32::NAN; s * n]);
+            let mut yb = upload(&g, &vec![f32::NAN; s * n]);
+            let mats = [
+                Fp4Mat {
+                    w: &w[0],
+                    scale: &sc[0],
+                    out: GemvOut::f32(&mut ya, &g.stream),
+                },
+                Fp4Mat {
+                    w: &w[1],
+                    scale: &sc[1],
+                    out: GemvOut::f32(&mut yb, &g.stream),
+                },
+            ];
+            g.launch_fp4_expert_pair_tuned(&g.stream, &shape, &x, mats, &meta, t)
+                .expect("pair");
+            for (m, y) in [ya, yb].iter().enumerate() {
+                let got = download(&g, y);
+                let same = got
+                    .iter()
+                    .zip(&single[m])
+                    .all(|(a, b)| a.is_finite() && a.to_bits() == b.to_bits());
+                assert!(same, "{shape:?} {t:?} matrix {m}: pair differs from single launch");
+            }
+        }
+    }
 }
