@@ -9,7 +9,9 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
-use dsv4_kernels::{bf16, ExpertShape, Fp4Mat, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape};
+use dsv4_kernels::{
+    bf16, ExpertShape, Fp4Mat, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape,
+};
 
 /// Called after each op with its name and the workspace (the profiler records an event there, the
 /// bench reads the routed expert ids; normally a no-op).
@@ -50,7 +52,15 @@ fn route(
     gate_logits(ctx, cfg, w, ws, rows)?;
     let (shape, s) = (route_shape(cfg, rows), &ctx.stream);
     let (ids, wts, group) = (&mut ws.ids, &mut ws.wts, &mut ws.group);
-    ctx.launch_moe_route_group(s, &shape, &ws.gate, route_by(w, &ws.tokens), ids, wts, group)?;
+    ctx.launch_moe_route_group(
+        s,
+        &shape,
+        &ws.gate,
+        route_by(w, &ws.tokens),
+        ids,
+        wts,
+        group,
+    )?;
     Ok(())
 }
 
@@ -176,7 +186,9 @@ fn expert_down(
         ExpertFormat::Fp4 => {
             ctx.launch_fp4_expert(s, shape, x, &bank.w2, &bank.s2, group, out)?;
         }
-        ExpertFormat::Bf16 => ctx.launch_bf16_expert(s, shape, x, &bf16_view(&bank.w2)?, group, out)?,
+        ExpertFormat::Bf16 => {
+            ctx.launch_bf16_expert(s, shape, x, &bf16_view(&bank.w2)?, group, out)?
+        }
         ExpertFormat::Fp8 => return Err(fp8_unsupported()),
     }
     Ok(())

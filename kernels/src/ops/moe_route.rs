@@ -108,7 +108,11 @@ impl GpuContext {
         };
         let mut l = Args::new();
         l.arg(&a.logits).arg(&a.bias).arg(&a.table).arg(&a.tokens);
-        l.arg(&a.e).arg(&a.topk).arg(&s.route_scale).arg(&a.ids).arg(&a.wts);
+        l.arg(&a.e)
+            .arg(&a.topk)
+            .arg(&s.route_scale)
+            .arg(&a.ids)
+            .arg(&a.wts);
         // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked in
         // route_args; tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
         unsafe { self.launch_k(stream, &self.kernels.runner.moe_route, cfg, &mut l) }?;

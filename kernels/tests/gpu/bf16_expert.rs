@@ -109,9 +109,13 @@ fn bf16_expert_matches_reference() {
 #[test]
 fn bf16_expert_pair_matches_single_launches() {
     let Some(g) = gpu() else { return };
-    for (i, (b, topk, experts, n, k)) in [(1, 6, 32, 96, 4096), (3, 6, 8, 50, 168), (64, 6, 256, 40, 520)]
-        .into_iter()
-        .enumerate()
+    for (i, (b, topk, experts, n, k)) in [
+        (1, 6, 32, 96, 4096),
+        (3, 6, 8, 50, 168),
+        (64, 6, 256, 40, 520),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let shape = ExpertShape {
             b,
@@ -155,7 +159,10 @@ fn bf16_expert_pair_matches_single_launches() {
                 .iter()
                 .zip(&single[m])
                 .all(|(a, b)| a.is_finite() && a.to_bits() == b.to_bits());
-            assert!(same, "{shape:?} matrix {m}: pair differs from single launch");
+            assert!(
+                same,
+                "{shape:?} matrix {m}: pair differs from single launch"
+            );
         }
     }
 }

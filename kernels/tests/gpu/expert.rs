@@ -270,7 +270,10 @@ fn fp4_expert_pair_matches_single_launches() {
                     .iter()
                     .zip(&single[m])
                     .all(|(a, b)| a.is_finite() && a.to_bits() == b.to_bits());
-                assert!(same, "{shape:?} {t:?} matrix {m}: pair differs from single launch");
+                assert!(
+                    same,
+                    "{shape:?} {t:?} matrix {m}: pair differs from single launch"
+                );
             }
         }
     }

@@ -28,18 +28,27 @@ fn check_row(
     scale: f32,
 ) {
     let tol = 1e-5;
-    let sc: Vec<f64> = logits[row * e..(row + 1) * e].iter().map(|&l| score(l)).collect();
+    let sc: Vec<f64> = logits[row * e..(row + 1) * e]
+        .iter()
+        .map(|&l| score(l))
+        .collect();
     let biased = |i: usize| sc[i] + bias.map_or(0.0, |b| b[i] as f64);
     let chosen: Vec<usize> = ids[row * topk..(row + 1) * topk]
         .iter()
         .map(|&i| usize::try_from(i).expect("id >= 0"))
         .collect();
     for w in chosen.windows(2) {
-        assert!(w[0] != w[1] && biased(w[0]) + tol >= biased(w[1]), "row {row}: order {chosen:?}");
+        assert!(
+            w[0] != w[1] && biased(w[0]) + tol >= biased(w[1]),
+            "row {row}: order {chosen:?}"
+        );
     }
     let last = biased(*chosen.last().expect("topk > 0"));
     for i in (0..e).filter(|i| !chosen.contains(i)) {
-        assert!(biased(i) <= last + tol, "row {row}: expert {i} beats the chosen {chosen:?}");
+        assert!(
+            biased(i) <= last + tol,
+            "row {row}: expert {i} beats the chosen {chosen:?}"
+        );
     }
     check_weights(row, &sc, &chosen, wts, topk, scale);
 }
@@ -49,7 +58,10 @@ fn check_weights(row: usize, sc: &[f64], chosen: &[usize], wts: &[f32], topk: us
     for (k, &i) in chosen.iter().enumerate() {
         let want = sc[i] / sum * scale as f64;
         let got = wts[row * topk + k] as f64;
-        assert!((got - want).abs() <= 1e-5 * want.abs() + 1e-12, "row {row} k {k}: weight {got} want {want}");
+        assert!(
+            (got - want).abs() <= 1e-5 * want.abs() + 1e-12,
+            "row {row} k {k}: weight {got} want {want}"
+        );
     }
 }
 
@@ -67,14 +79,21 @@ enum By {
 fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk: usize, by: By) {
     let mut r = rng(seed);
     let scale = 2.5f32;
-    let logits: Vec<f32> = (0..rows * e).map(|_| r.random_range(-6.0f32..6.0)).collect();
+    let logits: Vec<f32> = (0..rows * e)
+        .map(|_| r.random_range(-6.0f32..6.0))
+        .collect();
     let bias: Vec<f32> = (0..e).map(|_| r.random_range(-0.5f32..0.5)).collect();
-    let vocab = 50;
+    let vocab: i32 = 50;
     let table: Vec<i32> = (0..vocab)
         .flat_map(|_| crate::expert::rand_ids(&mut r, 1, topk, e))
         .collect();
-    let tokens: Vec<i32> = (0..rows).map(|_| r.random_range(0..vocab as i32)).collect();
-    let (dl, db, dt, dtok) = (upload(g, &logits), upload(g, &bias), upload(g, &table), upload(g, &tokens));
+    let tokens: Vec<i32> = (0..rows).map(|_| r.random_range(0..vocab)).collect();
+    let (dl, db, dt, dtok) = (
+        upload(g, &logits),
+        upload(g, &bias),
+        upload(g, &table),
+        upload(g, &tokens),
+    );
     let shape = RouteShape {
         rows,
         experts: e,
@@ -105,7 +124,8 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
         k: 0,
         x_per_slot: false,
     };
-    g.launch_moe_group(&g.stream, &gshape, &ids, &mut meta).expect("group");
+    g.launch_moe_group(&g.stream, &gshape, &ids, &mut meta)
+        .expect("group");
     let (hid, hwt) = (download(g, &ids), download(g, &wts));
     let want_meta = group_ref(&hid, e);
     let used = 2 + 2 * s + want_meta[1 + s + want_meta[0] as usize] as usize;
@@ -115,9 +135,19 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
         match by {
             By::Hash => {
                 let t = tokens[row] as usize;
-                assert_eq!(hid[row * topk..(row + 1) * topk], table[t * topk..(t + 1) * topk], "hash row {row}");
-                let sc: Vec<f64> = logits[row * e..(row + 1) * e].iter().map(|&l| score(l)).collect();
-                let chosen: Vec<usize> = table[t * topk..(t + 1) * topk].iter().map(|&i| i as usize).collect();
+                assert_eq!(
+                    hid[row * topk..(row + 1) * topk],
+                    table[t * topk..(t + 1) * topk],
+                    "hash row {row}"
+                );
+                let sc: Vec<f64> = logits[row * e..(row + 1) * e]
+                    .iter()
+                    .map(|&l| score(l))
+                    .collect();
+                let chosen: Vec<usize> = table[t * topk..(t + 1) * topk]
+                    .iter()
+                    .map(|&i| i as usize)
+                    .collect();
                 check_weights(row, &sc, &chosen, &hwt, topk, scale);
             }
             By::TopK => check_row(row, &logits, None, &hid, &hwt, e, topk, scale),
@@ -131,14 +161,26 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
         let mut fmeta: CudaSlice<i32> = upload(g, &poison);
         let (mut fid, mut fwt) = (upload(g, &vec![-1i32; s]), upload(g, &vec![f32::NAN; s]));
         for _ in 0..=pass {
-            g.launch_moe_route_group(&g.stream, &shape, &dl, route_by(), &mut fid, &mut fwt, &mut fmeta)
-                .expect("route_group");
+            g.launch_moe_route_group(
+                &g.stream,
+                &shape,
+                &dl,
+                route_by(),
+                &mut fid,
+                &mut fwt,
+                &mut fmeta,
+            )
+            .expect("route_group");
         }
         let fm = download(g, &fmeta);
         let case = format!("rows {rows} E {e} topk {topk} {by:?} pass {pass}");
         assert_eq!(download(g, &fid), hid, "{case}: ids");
         let fw: Vec<u32> = download(g, &fwt).iter().map(|v| v.to_bits()).collect();
-        assert_eq!(fw, hwt.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{case}: weights");
+        assert_eq!(
+            fw,
+            hwt.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{case}: weights"
+        );
         assert_eq!(fm[..used], want_meta[..used], "{case}: grouping");
         assert_eq!(fm[mlen - 1], 0, "{case}: counter not reset");
     }
@@ -150,10 +192,10 @@ fn moe_route_group_matches_reference() {
     let cases = [
         (1, 256, 6, By::TopKBias), // decode batch 1 of the real model: one block, 3 idle warps
         (3, 256, 6, By::Hash),
-        (5, 8, 6, By::TopK),        // rows not a multiple of a block's 4; few experts
+        (5, 8, 6, By::TopK), // rows not a multiple of a block's 4; few experts
         (64, 256, 6, By::TopKBias), // batch 64: 16 blocks, 384 slots
         (17, 1000, 16, By::TopKBias), // E not a multiple of 32, top-16
-        (64, 33, 1, By::TopK),      // top-1, one expert past a warp
+        (64, 33, 1, By::TopK), // top-1, one expert past a warp
         (9, 64, 4, By::Hash),
     ];
     for (i, (rows, e, topk, by)) in cases.into_iter().enumerate() {
