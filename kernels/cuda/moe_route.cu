@@ -94,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
 #define RG_WARPS 4
 extern "C" __global__ void __launch_bounds__(RG_WARPS * 32) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
-    const i32* __restrict__ tokens, int rows, int E, int topk, float route_scale, i32* ids, float* wts,
+    const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
     i32* __restrict__ meta, int* counter) {
     pdl_trigger();
     pdl_wait();

@@ -49,19 +49,7 @@ fn route(
     ws: &mut Workspace,
     rows: usize,
 ) -> Result<(), RunnerError> {
-    gate_logits(ctx, cfg, w, ws, rows)?;
-    let (shape, s) = (route_shape(cfg, rows), &ctx.stream);
-    let (ids, wts, group) = (&mut ws.ids, &mut ws.wts, &mut ws.group);
-    ctx.launch_moe_route_group(
-        s,
-        &shape,
-        &ws.gate,
-        route_by(w, &ws.tokens),
-        ids,
-        wts,
-        group,
-    )?;
-    Ok(())
+    gate_route_into(ctx, cfg, w, ws, rows, true)
 }
 
 /// Gate logits and routing into `ws.ids` (global expert ids) / `ws.wts`, without the grouping (a
@@ -73,10 +61,27 @@ pub(crate) fn gate_route(
     ws: &mut Workspace,
     rows: usize,
 ) -> Result<(), RunnerError> {
+    gate_route_into(ctx, cfg, w, ws, rows, false)
+}
+
+/// The gate GEMV, then routing, with the grouping into `ws.group` when `group`.
+fn gate_route_into(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut Workspace,
+    rows: usize,
+    group: bool,
+) -> Result<(), RunnerError> {
     gate_logits(ctx, cfg, w, ws, rows)?;
     let (shape, s) = (route_shape(cfg, rows), &ctx.stream);
     let by = route_by(w, &ws.tokens);
-    ctx.launch_moe_route(s, &shape, &ws.gate, by, &mut ws.ids, &mut ws.wts)?;
+    let (ids, wts) = (&mut ws.ids, &mut ws.wts);
+    if group {
+        ctx.launch_moe_route_group(s, &shape, &ws.gate, by, ids, wts, &mut ws.group)?;
+    } else {
+        ctx.launch_moe_route(s, &shape, &ws.gate, by, ids, wts)?;
+    }
     Ok(())
 }
 
@@ -217,7 +222,7 @@ fn expert_up(
                 scale: &bank.s3,
                 out: u,
             };
-            ctx.launch_fp4_expert_pair(s, shape, x, [m1, m3], group)?;
+            ctx.launch_fp4_expert_pair(s, shape, x, [m1, m3], group, None)?;
         }
         ExpertFormat::Bf16 => {
             let (w1, w3) = (bf16_view(&bank.w1)?, bf16_view(&bank.w3)?);

@@ -148,7 +148,8 @@ impl GpuContext {
     }
 
     /// Two matrices of the same shape over the same `x` and grouping in ONE launch (the routed w1 and w3):
-    /// the same bits as two [`Self::launch_fp4_expert`] calls, one fewer dependent launch.
+    /// the same bits as two [`Self::launch_fp4_expert_tuned`] calls with `tune` (None: the default for
+    /// `shape`), one fewer dependent launch.
     pub fn launch_fp4_expert_pair<W: DevicePtr<u8>>(
         &self,
         stream: &CudaStream,
@@ -156,20 +157,9 @@ impl GpuContext {
         x: &impl DevicePtr<bf16>,
         mats: [Fp4Mat<'_, W>; 2],
         meta: &impl DevicePtr<i32>,
+        tune: Option<Fp4Tune>,
     ) -> Result<()> {
-        self.launch_fp4_expert_pair_tuned(stream, shape, x, mats, meta, Fp4Tune::for_shape(shape))
-    }
-
-    /// [`Self::launch_fp4_expert_pair`] with an explicit [`Fp4Tune`].
-    pub fn launch_fp4_expert_pair_tuned<W: DevicePtr<u8>>(
-        &self,
-        stream: &CudaStream,
-        shape: &ExpertShape,
-        x: &impl DevicePtr<bf16>,
-        mats: [Fp4Mat<'_, W>; 2],
-        meta: &impl DevicePtr<i32>,
-        tune: Fp4Tune,
-    ) -> Result<()> {
+        let tune = tune.unwrap_or_else(|| Fp4Tune::for_shape(shape));
         let [a, b] = mats;
         check(NAME, a.out.bf16 == b.out.bf16, || {
             "paired outputs differ in type".into()

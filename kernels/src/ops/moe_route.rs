@@ -38,6 +38,16 @@ struct RouteArgs {
     wts: u64,
 }
 
+impl RouteArgs {
+    /// Appends (logits, bias, tid2eid, tokens, E, topk, scale, ids, wts), the arguments both kernels
+    /// start with.
+    fn push<'a>(&'a self, l: &mut Args<'a>, scale: &'a f32) {
+        l.arg(&self.logits).arg(&self.bias).arg(&self.table);
+        l.arg(&self.tokens).arg(&self.e).arg(&self.topk);
+        l.arg(scale).arg(&self.ids).arg(&self.wts);
+    }
+}
+
 fn route_args<T: DevicePtr<i32>, B: DevicePtr<f32>>(
     stream: &CudaStream,
     s: &RouteShape,
@@ -107,12 +117,7 @@ impl GpuContext {
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&a.logits).arg(&a.bias).arg(&a.table).arg(&a.tokens);
-        l.arg(&a.e)
-            .arg(&a.topk)
-            .arg(&s.route_scale)
-            .arg(&a.ids)
-            .arg(&a.wts);
+        a.push(&mut l, &s.route_scale);
         // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked in
         // route_args; tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
         unsafe { self.launch_k(stream, &self.kernels.runner.moe_route, cfg, &mut l) }?;
@@ -149,10 +154,9 @@ impl GpuContext {
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&a.logits).arg(&a.bias).arg(&a.table).arg(&a.tokens);
-        l.arg(&rows).arg(&a.e).arg(&a.topk).arg(&s.route_scale);
-        l.arg(&a.ids).arg(&a.wts).arg(&mp).arg(&cp);
-        // SAFETY: moe_route_group(logits, bias, tid2eid, tokens, rows, E, topk, scale, ids, wts, meta,
+        a.push(&mut l, &s.route_scale);
+        l.arg(&rows).arg(&mp).arg(&cp);
+        // SAFETY: moe_route_group(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts, rows, meta,
         // counter); lengths checked (route_args, meta above); the counter lies inside meta.
         unsafe { self.launch_k(stream, &self.kernels.runner.moe_route_group, cfg, &mut l) }?;
         Ok(())

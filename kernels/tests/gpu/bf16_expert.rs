@@ -92,16 +92,8 @@ fn bf16_expert_matches_reference() {
         (64, 6, 256, 40, 520, true), // batch 64 x top-6 of 256, K not a multiple of the 256 a warp covers
         (20, 2, 8, 64, 32, true),    // the tiny golden model's w2 shape with groups of ~5 slots
     ];
-    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot,
-        };
-        run_case(&g, 500 + i as u64, shape);
+    for (i, c) in cases.into_iter().enumerate() {
+        run_case(&g, 500 + i as u64, expert_shape(c));
     }
 }
 
@@ -109,22 +101,14 @@ fn bf16_expert_matches_reference() {
 #[test]
 fn bf16_expert_pair_matches_single_launches() {
     let Some(g) = gpu() else { return };
-    for (i, (b, topk, experts, n, k)) in [
-        (1, 6, 32, 96, 4096),
-        (3, 6, 8, 50, 168),
-        (64, 6, 256, 40, 520),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot: false,
-        };
+    let cases = [
+        (1, 6, 32, 96, 4096, false),
+        (3, 6, 8, 50, 168, false),
+        (64, 6, 256, 40, 520, false),
+    ];
+    for (i, c) in cases.into_iter().enumerate() {
+        let shape = expert_shape(c);
+        let (b, topk, experts, n, k) = (c.0, c.1, c.2, c.3, c.4);
         let mut r = rng(700 + i as u64);
         let s = b * topk;
         let ids = rand_ids(&mut r, b, topk, experts);
@@ -154,15 +138,8 @@ fn bf16_expert_pair_matches_single_launches() {
         g.launch_bf16_expert_pair(&g.stream, &shape, &x, mats, &meta)
             .expect("pair");
         for (m, y) in [ya, yb].iter().enumerate() {
-            let got = download(&g, y);
-            let same = got
-                .iter()
-                .zip(&single[m])
-                .all(|(a, b)| a.is_finite() && a.to_bits() == b.to_bits());
-            assert!(
-                same,
-                "{shape:?} matrix {m}: pair differs from single launch"
-            );
+            let what = format!("{shape:?} matrix {m}: pair vs single launch");
+            assert_same_bits(&download(&g, y), &single[m], &what);
         }
     }
 }

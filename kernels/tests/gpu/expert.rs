@@ -21,7 +21,7 @@ pub fn rand_ids(r: &mut rand::rngs::StdRng, b: usize, topk: usize, experts: usiz
 }
 
 /// CPU grouping, the layout moe_group must produce.
-pub fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
+fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
     let s = ids.len();
     let mut meta = vec![0i32; moe_group_meta_len(s)];
     let mut g = 0usize;
@@ -42,6 +42,24 @@ pub fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
     meta[0] = g as i32;
     meta[1 + s + g] = start as i32;
     meta
+}
+
+/// Checks the filled parts of a grouping `gm` of `ids` (moe_group's layout) against the CPU grouping;
+/// returns the group count.
+pub fn assert_grouping(gm: &[i32], ids: &[i32], experts: usize, what: &str) -> usize {
+    let s = ids.len();
+    let wm = group_ref(ids, experts);
+    let ng = wm[0] as usize;
+    let used = 2 + 2 * s + wm[1 + s + ng] as usize;
+    assert_eq!(gm[0], wm[0], "{what}: group count");
+    assert_eq!(gm[1..1 + ng], wm[1..1 + ng], "{what}: group experts");
+    assert_eq!(
+        gm[1 + s..2 + s + ng],
+        wm[1 + s..2 + s + ng],
+        "{what}: group starts"
+    );
+    assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "{what}: slots");
+    ng
 }
 
 /// Checks moe_group, then fp4_expert with the default tuning (None) and each tuning in `tunes`.
@@ -69,14 +87,7 @@ fn run_case(
     let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
     g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
         .expect("moe_group");
-    let gm = download(g, &meta);
-    let wm = group_ref(&ids, e);
-    let used = 2 + 2 * s + wm[1 + s + wm[0] as usize] as usize; // compare the filled part only
-    assert_eq!(gm[0], wm[0], "group count");
-    let ng = wm[0] as usize;
-    assert_eq!(gm[1..1 + ng], wm[1..1 + ng], "group experts");
-    assert_eq!(gm[1 + s..2 + s + ng], wm[1 + s..2 + s + ng], "group starts");
-    assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "slots");
+    let ng = assert_grouping(&download(g, &meta), &ids, e, "moe_group");
 
     let absum: Vec<f32> = (0..s * n)
         .map(|i| {
@@ -166,16 +177,8 @@ fn run_cases(
     cases: &[(usize, usize, usize, usize, usize, bool)],
     tunes: &[Option<Fp4Tune>],
 ) {
-    for (i, &(b, topk, experts, n, k, x_per_slot)) in cases.iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot,
-        };
-        run_case(g, seed0 + i as u64, shape, tunes);
+    for (i, &c) in cases.iter().enumerate() {
+        run_case(g, seed0 + i as u64, expert_shape(c), tunes);
     }
 }
 
@@ -215,15 +218,9 @@ fn fp4_expert_pair_matches_single_launches() {
         (9, 1, 1, 40, 256, false),
         (64, 6, 256, 40, 512, false),
     ];
-    for (i, &(b, topk, experts, n, k, _)) in cases.iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot: false,
-        };
+    for (i, &c) in cases.iter().enumerate() {
+        let shape = expert_shape(c);
+        let (b, topk, experts, n, k) = (c.0, c.1, c.2, c.3, c.4);
         let mut r = rng(600 + i as u64);
         let s = b * topk;
         let ids = rand_ids(&mut r, b, topk, experts);
@@ -262,18 +259,11 @@ fn fp4_expert_pair_matches_single_launches() {
                     out: GemvOut::f32(&mut yb, &g.stream),
                 },
             ];
-            g.launch_fp4_expert_pair_tuned(&g.stream, &shape, &x, mats, &meta, t)
+            g.launch_fp4_expert_pair(&g.stream, &shape, &x, mats, &meta, Some(t))
                 .expect("pair");
             for (m, y) in [ya, yb].iter().enumerate() {
-                let got = download(&g, y);
-                let same = got
-                    .iter()
-                    .zip(&single[m])
-                    .all(|(a, b)| a.is_finite() && a.to_bits() == b.to_bits());
-                assert!(
-                    same,
-                    "{shape:?} {t:?} matrix {m}: pair differs from single launch"
-                );
+                let what = format!("{shape:?} {t:?} matrix {m}: pair vs single launch");
+                assert_same_bits(&download(&g, y), &single[m], &what);
             }
         }
     }

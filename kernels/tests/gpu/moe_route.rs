@@ -4,7 +4,7 @@ use dsv4_kernels::{moe_group_meta_len, ExpertShape, RouteBy, RouteShape};
 use rand::Rng;
 
 use crate::common::*;
-use crate::expert::group_ref;
+use crate::expert::assert_grouping;
 
 /// sqrt(softplus(l)) in f64 (the kernel computes it in f32).
 fn score(l: f32) -> f64 {
@@ -127,10 +127,7 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
     g.launch_moe_group(&g.stream, &gshape, &ids, &mut meta)
         .expect("group");
     let (hid, hwt) = (download(g, &ids), download(g, &wts));
-    let want_meta = group_ref(&hid, e);
-    let used = 2 + 2 * s + want_meta[1 + s + want_meta[0] as usize] as usize;
-    let sep_meta = download(g, &meta);
-    assert_eq!(sep_meta[..used], want_meta[..used], "moe_group");
+    assert_grouping(&download(g, &meta), &hid, e, "moe_group");
     for row in 0..rows {
         match by {
             By::Hash => {
@@ -175,13 +172,8 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
         let fm = download(g, &fmeta);
         let case = format!("rows {rows} E {e} topk {topk} {by:?} pass {pass}");
         assert_eq!(download(g, &fid), hid, "{case}: ids");
-        let fw: Vec<u32> = download(g, &fwt).iter().map(|v| v.to_bits()).collect();
-        assert_eq!(
-            fw,
-            hwt.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            "{case}: weights"
-        );
-        assert_eq!(fm[..used], want_meta[..used], "{case}: grouping");
+        assert_same_bits(&download(g, &fwt), &hwt, &format!("{case}: weights"));
+        assert_grouping(&fm, &hid, e, &format!("{case}: grouping"));
         assert_eq!(fm[mlen - 1], 0, "{case}: counter not reset");
     }
 }
