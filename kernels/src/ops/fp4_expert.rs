@@ -197,7 +197,8 @@ impl GpuContext {
         check(NAME, meta.len() >= moe_group_meta_len(s), || {
             "meta too short".into()
         })?;
-        // (w, s, out) per matrix; the second repeats the first when absent (never read: grid z = 1).
+        // (w, s, out) per matrix; the kernel takes the second as byte offsets from the first (zero when
+        // absent: grid z = 1 never applies them).
         let mut p = [(0u64, 0u64, 0u64); 2];
         let mut out_bf16 = 0i32;
         let mut z = 0usize;
@@ -211,6 +212,11 @@ impl GpuContext {
         if z == 1 {
             p[1] = p[0];
         }
+        let d = (
+            p[1].0.wrapping_sub(p[0].0),
+            p[1].1.wrapping_sub(p[0].1),
+            p[1].2.wrapping_sub(p[0].2),
+        );
         let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot), tune.kw];
         let names = ["slots", "topk", "N", "K", "x_per_slot", "kw"];
         let mut iv = [0i32; 6];
@@ -230,14 +236,14 @@ impl GpuContext {
         };
         let mut l = Args::new();
         l.arg(&xp).arg(&p[0].0).arg(&p[0].1).arg(&mp).arg(&p[0].2);
-        l.arg(&p[1].0).arg(&p[1].1).arg(&p[1].2);
+        l.arg(&d.0).arg(&d.1).arg(&d.2);
         for v in &iv[..5] {
             l.arg(v);
         }
         l.arg(&out_bf16).arg(&iv[5]);
-        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, w_b, s_b, out_b, S, topk, N, K, x_per_slot, out_bf16, kw);
-        // buffers checked above (check_mat for each matrix); expert ids come from meta, which moe_group only
-        // fills with ids in [0, E).
+        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, dw, ds, dout, S, topk, N, K, x_per_slot, out_bf16, kw);
+        // buffers checked above (check_mat for each matrix; block z reads matrix z at base + z * offset);
+        // expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;
         Ok(())
     }
