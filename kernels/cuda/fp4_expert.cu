@@ -9,7 +9,8 @@
 //          groups on the device: meta = [num_groups, group_expert[S], group_start[S+1], slots[S], counter]
 //          with S = B*topk, slots sorted by expert then by slot (deterministic). Every expert's weights are
 //          then read ONCE for all the tokens that chose it. (counter: moe_route_group's, zero between launches.)
-// Launch:  fp4_expert_mtM (M = 1, 2): grid (ceil(N / (64 M / kw)), min(E, S), 1 or 2 matrices), block 128 (4 warps); blocks
+// Launch:  fp4_expert_mtM (M = 1, 2): grid (ceil(N / (64 M / kw)), min(E, S), matrices), block 128 (4 warps);
+//          blockIdx.z picks the matrix (routed w1 and w3 in one launch, see FP4_EXPERT_KERNEL); blocks
 //          past num_groups exit at once (fixed grid: graph-capturable). A warp owns 16 M rows of one expert;
 //          kw warps (1, 2, 4) split K and reduce through shared memory in a fixed order; M and kw are picked
 //          on the host from the shape (Fp4Tune). Decode groups hold 1-2 tokens, so the token tile is one mma
