@@ -11,7 +11,8 @@ use crate::launch::Args;
 const NAME: &str = "fp4_expert";
 
 /// i32 elements of the `meta` buffer that `moe_group` fills for `slots` = B * topk, plus the counter of
-/// `moe_route_group` (last): allocate it zeroed (the kernel leaves the counter at zero after each launch).
+/// `moe_route_group` (the buffer's last element, whatever the launch's rows): allocate it zeroed (the
+/// kernel leaves the counter at zero after each launch).
 pub fn moe_group_meta_len(slots: usize) -> usize {
     3 + 3 * slots
 }

@@ -125,8 +125,11 @@ impl GpuContext {
     }
 
     /// [`Self::launch_moe_route`] followed by [`Self::launch_moe_group`] of the ids into `meta`, in one
-    /// launch (the same bits). `meta` ([`moe_group_meta_len`] of rows*topk) must have been allocated zeroed:
-    /// its last element is the kernel's block counter, which every launch leaves at zero.
+    /// launch (the same bits). `meta` (at least [`moe_group_meta_len`] of rows*topk) must have been
+    /// allocated zeroed: the BUFFER's last element is the kernel's block counter, which every launch
+    /// leaves at zero. Why the buffer's and not the launch's: a launch of fewer rows than an earlier one
+    /// on the same buffer would find its counter inside the groups the earlier launch wrote (a stale
+    /// count: the grouping skipped, the previous step's experts used).
     #[allow(clippy::too_many_arguments)]
     pub fn launch_moe_route_group<T: DevicePtr<i32>, B: DevicePtr<f32>>(
         &self,
@@ -146,8 +149,8 @@ impl GpuContext {
         let a = route_args(stream, s, logits, by, ids, wts)?;
         let rows = int(NAME, "rows", s.rows)?;
         let mp = ptr_mut(meta, stream);
-        // The counter: the meta buffer's last element for `slots` (moe_group_meta_len).
-        let cp = mp + 4 * (need as u64 - 1);
+        // The counter: the buffer's last element, past what any launch on it writes (moe_group_meta_len).
+        let cp = mp + 4 * (meta.len() as u64 - 1);
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, s.rows.div_ceil(ROUTE_GROUP_ROWS))?, 1, 1),
             block_dim: (32 * ROUTE_GROUP_ROWS as u32, 1, 1),

@@ -194,3 +194,43 @@ fn moe_route_group_matches_reference() {
         run_case(&g, 800 + i as u64, rows, e, topk, by);
     }
 }
+
+/// One meta buffer sized for the largest batch, a launch of 64 rows then of 1 row (a batch shrinking
+/// between decode steps): the small launch must still group its ids (its counter must not lie inside the
+/// groups the large launch wrote).
+#[test]
+fn moe_route_group_survives_a_shrinking_batch() {
+    let Some(g) = gpu() else { return };
+    let (e, topk, big) = (256usize, 6usize, 64usize);
+    let mut r = rng(901);
+    let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(big * topk)]);
+    for rows in [big, 1, 3, big, 2] {
+        let logits: Vec<f32> = (0..rows * e)
+            .map(|_| r.random_range(-6.0f32..6.0))
+            .collect();
+        let dl = upload(&g, &logits);
+        let shape = RouteShape {
+            rows,
+            experts: e,
+            topk,
+            route_scale: 1.0,
+        };
+        let s = rows * topk;
+        let (mut ids, mut wts) = (upload(&g, &vec![-1i32; s]), upload(&g, &vec![0f32; s]));
+        let by: RouteBy<'_, CudaSlice<i32>, CudaSlice<f32>> = RouteBy::TopK { bias: None };
+        g.launch_moe_route_group(&g.stream, &shape, &dl, by, &mut ids, &mut wts, &mut meta)
+            .expect("route_group");
+        let m = download(&g, &meta);
+        assert_grouping(
+            &m,
+            &download(&g, &ids),
+            e,
+            &format!("{rows} rows after others"),
+        );
+        assert_eq!(
+            *m.last().expect("meta"),
+            0,
+            "{rows} rows: counter not reset"
+        );
+    }
+}
