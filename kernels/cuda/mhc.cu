@@ -9,16 +9,22 @@
 //          HCPost: X'_k = bf16(post_k f + sum_i comb[i,k] X_i) (comb applied transposed).
 // Layout:  X bf16 [rows, 4, D]; fn f32 [M, 4D]; base f32 [M]; scale f32 [3] (head: [1]); mix f32 [rows, 24]
 //          = post[4] then comb[16] row-major (i, k); partial sums ws f32 [chunks, rows, M+1] (M dots + sum x^2).
-// Launch:  hc_mix_partial{24,4}_mg{1,2,4,8}: grid ceil(4D/128), block 256. Each warp keeps its mixes of the
-//          block's 128-column slice of fn in registers (lane: 4 columns, float4 loads) and dots it with its
-//          rows (MG mix groups x 8 / MG row groups, MG picked by the launcher from the row count); 128
-//          blocks share the 1.5 MB fn read (fn is read once per step whatever the batch).
-//          hc_finish{24,4}: grid rows, block 256: warps sum the partials (fixed order: deterministic), one
-//          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics,
-//          ffn mixer) the FP8 fake-quantised copy for the expert GEMVs, from f32, in the same block.
+// Launch:  hc_mix_partial{24,4}_mg{1,2,4,8}: grid ceil(D/32), block 256. Block b owns columns [32b, 32b+32) of D
+//          in all 4 streams (128 values); each warp keeps its mixes of that slice of fn in registers (lane: one
+//          stream, 4 columns, float4 loads) and dots it with its rows (MG mix groups x 8 / MG row groups, MG
+//          picked by the launcher from the row count); 128 blocks share the 1.5 MB fn read (fn is read once
+//          per step whatever the batch).
+//          hc_post_mix{24,4}_mg{1,2,4,8}: the same, first applying the previous mixer's HCPost in place to the
+//          block's columns (the HCPost after attention fused into the ffn mixer, the one after the MoE into
+//          the next block's attention mixer or the HC head): one launch fewer per HCPost.
+//          hc_finish{24,4}: grid rows, block 288: warps sum the partials (fixed order: deterministic), one
+//          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics)
+//          the FP8 fake-quantised copy: for the expert GEMVs from f32 (ffn mixer), for the attention's
+//          FP8 wq_a/wkv from the bf16 output (attention mixer; replaces the attention's own x-quant launch).
 //          hc_post: grid (rows, ceil(D/256)), block 256; in place (each thread reads its 4 stream values
 //          before writing them). Mode 1 forms f = bf16(sum_k y_routed[k] + y_shared) from the MoE's f32
-//          partial outputs, fusing the MoE sum into the residual update.
+//          partial outputs, fusing the MoE sum into the residual update. Only where no HCPre follows on the
+//          same streams (split runner's tensor mode).
 //          embed_streams: grid rows, block 256, 16-byte copies.
 // Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
 //          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
@@ -30,7 +36,7 @@
 #include "common.cuh"
 
 #define MHC_N 4
-#define MHC_CHUNK 128
+#define MHC_COLS 32  // columns of D per partial chunk (x 4 streams = 128 values)
 #define MHC_MIX 24
 #define MHC_MAX_D 8192  // widest row hc_finish keeps in shared memory
 
@@ -60,32 +66,90 @@ __device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
     f[3] = bf16_to_f32((u16)(v.y >> 16));
 }
 
-// Partial mixer dots of one 128-column chunk (lane: 4 columns, float4 loads of fn). The 8 warps are split
-// into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ... with mixes mg, mg + MG,
-// ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and reduces 3-4 mixes
-// instead of one warp doing all 25 while the rest idle. MG is a template argument (the launcher picks it from
-// the row count): with a run-time split the mix indices, the select and a break before every warp_sum stayed
-// in the loop, which serialised the 25 shuffle reductions of a row (batch 64: 1.32 -> 1.85 ms per step per
-// mixer; 8K-row prefill 59 -> 146 ms). Every warp reduces all of its I slots (the few past M sum zeros)
-// so the reductions have no branches between them; only the store is guarded. Each stored value is the same
-// per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
-template <int M, int MG>
-__device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
-                                                     float* __restrict__ ws, int rows, int nd) {
+// HCPost of one stream value: post_k f + sum_i comb[i, k] old_i (mo = the row's 24 mixes; comb applied
+// transposed). Shared by hc_post and the fused hc_post_mix so both give the same bits.
+__device__ __forceinline__ float mhc_post_value(const float* mo, int k, float f, const float* old) {
+    float acc = __fmul_rn(mo[k], f);
+#pragma unroll
+    for (int i = 0; i < MHC_N; ++i) acc = __fmaf_rn(mo[4 + i * 4 + k], old[i], acc);
+    return acc;
+}
+
+// The sub-block output f at column c of a row. mode 0: f_bf16[row]; mode 1: bf16(sum_k ys[row*topk+k] + ysh[row])
+// (the MoE's f32 partial outputs, summed in k order).
+__device__ __forceinline__ float mhc_post_f(const u16* f_bf16, const float* ys, const float* ysh, u64 row, int c,
+                                            int D, int topk, int mode) {
+    if (mode == 0) return bf16_to_f32(f_bf16[row * D + c]);
+    float s = 0.f;
+    for (int k = 0; k < topk; ++k) s += ys[(row * topk + k) * D + c];
+    return bf16_to_f32(f32_to_bf16(s + ysh[row * D + c]));
+}
+
+// The previous mixer's HCPost, fused into the partial kernel (null mix: none).
+struct MhcPost {
+    const float* mix;  // [rows, 24]: post then comb of the previous mixer
+    const u16* f_bf16;
+    const float* ys;
+    const float* ysh;
+    int topk, mode;  // see mhc_post_f
+};
+
+// Partial mixer dots of one chunk: the 32 columns [32 b, 32 b + 32) of D in all 4 streams (128 values; lane:
+// stream lane / 8, 4 columns, float4 loads of fn). A chunk holds every stream of its columns so that the fused
+// HCPost (POST) can update the streams in place first: lane (j, c) gathers the 4 streams' old values at its
+// columns from lanes (i, c) by shuffles. The 8 warps are split into RG = 8 / MG row groups x MG mix groups:
+// warp (rg, mg) dots rows rg, rg + RG, ... with mixes mg, mg + MG, ... (index M = the row's sum of squares),
+// so at batch 1 (MG = 8) each warp holds and reduces 3-4 mixes instead of one warp doing all 25 while the rest
+// idle. MG is a template argument (the launcher picks it from the row count): with a run-time split the mix
+// indices, the select and a break before every warp_sum stayed in the loop, which serialised the 25 shuffle
+// reductions of a row (batch 64: 1.32 -> 1.85 ms per step per mixer; 8K-row prefill 59 -> 146 ms). Every
+// warp reduces all of its I slots (the few past M sum zeros) so the reductions have no branches between them;
+// only the store is guarded. Each stored value is the same per-lane expression and the same warp_sum whatever
+// MG, so every split gives the same bits. With POST and MG > 1 the MG warps of a row all compute its updated
+// values (same bits), a barrier lets them all read the old ones before mix group 0 stores.
+template <int M, int MG, bool POST>
+__device__ __forceinline__ void mhc_mix_partial_body(u16* __restrict__ X, const float* __restrict__ fn,
+                                                     float* __restrict__ ws, int rows, int D, const MhcPost post) {
     constexpr int RG = 8 / MG, I = (M + MG) / MG;  // I = ceil((M + 1) / MG) mixes per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rg = MG == 1 ? warp : warp % RG, mg = MG == 1 ? 0 : warp / RG;
-    const int c = blockIdx.x * MHC_CHUNK + lane * 4;
-    const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
+    const int j = lane >> 3, c = blockIdx.x * MHC_COLS + (lane & 7) * 4;
+    const bool valid = c < D;  // D % 4 == 0: a lane's 4 columns are all in or all out
+    const u64 nd = (u64)MHC_N * D, off = (u64)j * D + c;
     float4 f[I];
 #pragma unroll
     for (int i = 0; i < I; ++i) {
         const int m = mg + MG * i;
-        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + off) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    for (int row = rg; row < rows; row += RG) {
+    for (int r0 = 0; r0 < rows; r0 += RG) {  // the same trip count in every warp (POST barrier)
+        const int row = r0 + rg;
+        const bool live = row < rows;
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
-        if (valid) mhc_load4(X + (u64)row * nd + c, xv);
+        if (live && valid) mhc_load4(X + (u64)row * nd + off, xv);
+        if constexpr (POST) {
+            float old[4][MHC_N];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+#pragma unroll
+                for (int i = 0; i < MHC_N; ++i) old[q][i] = __shfl_sync(0xffffffffu, xv[q], (lane & 7) + 8 * i);
+            if (live && valid) {
+                const float* mo = post.mix + (u64)row * MHC_MIX;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float fv = mhc_post_f(post.f_bf16, post.ys, post.ysh, row, c + q, D, post.topk, post.mode);
+                    xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv, old[q])));
+                }
+            }
+            if (MG > 1) __syncthreads();
+            if (mg == 0 && live && valid) {
+                uint2 v;
+                v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
+                v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
+                *(uint2*)(X + (u64)row * nd + off) = v;
+            }
+        }
+        if (!live) break;  // only in the last trip, after its barrier
         float acc[I];
 #pragma unroll
         for (int i = 0; i < I; ++i) {
@@ -105,12 +169,19 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
 }
 
 // hc_mix_partial{M}_mg{MG}: M = 24 (block mixers) or 4 (HC head); MG = 1 (8+ rows), 2 (4-7), 4 (2-3), 8 (1).
+// hc_post_mix{M}_mg{MG}: the same after the previous mixer's HCPost in place on X (post.mix non-null).
 #define MHC_PARTIAL_KERNEL(M, MG)                                                                          \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
-        hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int nd) {           \
+        hc_mix_partial##M##_mg##MG(u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) {    \
         pdl_trigger();                                                                                     \
         pdl_wait();                                                                                        \
-        mhc_mix_partial_body<M, MG>(X, fn, ws, rows, nd);                                                  \
+        mhc_mix_partial_body<M, MG, false>(X, fn, ws, rows, D, post);                                      \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256)                                                      \
+        hc_post_mix##M##_mg##MG(u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) {       \
+        pdl_trigger();                                                                                     \
+        pdl_wait();                                                                                        \
+        mhc_mix_partial_body<M, MG, true>(X, fn, ws, rows, D, post);                                       \
     }
 MHC_PARTIAL_KERNEL(24, 1)
 MHC_PARTIAL_KERNEL(24, 2)
@@ -210,7 +281,7 @@ template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
                                 float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
-                                u16* __restrict__ yq) {
+                                u16* __restrict__ yq, int yq_bf16) {
     __shared__ float sred[M + 1];
     __shared__ float sh[8];
     __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
@@ -237,13 +308,15 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     }
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
     if (yq) {
-        // FP8 fake-quantised copy for the expert GEMVs, from the f32 normalised values (no bf16 step).
+        // FP8 fake-quantised copy: for the expert GEMVs from the f32 normalised values (no bf16 step); for the
+        // attention's wq_a/wkv (yq_bf16) from the bf16 output y, the same bits as attn_row_prep of y.
         for (int b0 = warp * 128; b0 < D; b0 += 8 * 128) {
             float v[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = b0 + q * 32 + lane;
-                v[q] = c < D ? norm_w[c] * (av[c] * inv) : 0.f;
+                const float o = c < D ? norm_w[c] * (av[c] * inv) : 0.f;
+                v[q] = yq_bf16 ? bf16_to_f32(f32_to_bf16(o)) : o;
             }
             fq_block(v);
 #pragma unroll
@@ -260,21 +333,22 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
 extern "C" __global__ void __launch_bounds__(288) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
-                                                              int iters, float* mix, u16* y, u16* yq) {
+                                                              int iters, float* mix, u16* y, u16* yq, int yq_bf16) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
+    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16);
 }
 extern "C" __global__ void __launch_bounds__(288) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
-                                                             int iters, float* mix, u16* y, u16* yq) {
+                                                             int iters, float* mix, u16* y, u16* yq, int yq_bf16) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
+    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16);
 }
 
-// HCPost in place on X. mode 0: f = f_bf16[row]; mode 1: f = bf16(sum_k ys[row*topk+k] + ysh[row]).
+// HCPost in place on X (f: see mhc_post_f). Unfused form, for the callers whose HCPost has no following HCPre
+// on the same streams (split runner's tensor mode).
 extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, const float* __restrict__ mix,
                                                           const u16* __restrict__ f_bf16,
                                                           const float* __restrict__ ys,
@@ -286,23 +360,11 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, c
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= D) return;
     const float* mo = mix + (u64)row * MHC_MIX;
-    float f;
-    if (mode == 0) {
-        f = bf16_to_f32(f_bf16[(u64)row * D + c]);
-    } else {
-        float s = 0.f;
-        for (int k = 0; k < topk; ++k) s += ys[((u64)row * topk + k) * D + c];
-        f = bf16_to_f32(f32_to_bf16(s + ysh[(u64)row * D + c]));
-    }
+    const float f = mhc_post_f(f_bf16, ys, ysh, row, c, D, topk, mode);
     u16* xr = X + (u64)row * MHC_N * D + c;
     float old[MHC_N];
 #pragma unroll
     for (int i = 0; i < MHC_N; ++i) old[i] = bf16_to_f32(xr[(u64)i * D]);
 #pragma unroll
-    for (int k = 0; k < MHC_N; ++k) {
-        float acc = mo[k] * f;
-#pragma unroll
-        for (int i = 0; i < MHC_N; ++i) acc += mo[4 + i * 4 + k] * old[i];
-        xr[(u64)k * D] = f32_to_bf16(acc);
-    }
+    for (int k = 0; k < MHC_N; ++k) xr[(u64)k * D] = f32_to_bf16(mhc_post_value(mo, k, f, old));
 }

@@ -17,7 +17,7 @@ mod ws;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
-use super::model::{hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer};
+use super::model::{hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer, Post};
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
@@ -136,7 +136,7 @@ impl GpuModel {
         let plan = self.prefill_blocks(ws, segs, &mut |_| Ok(()))?;
         let (ctx, cfg, w) = (&self.ctx, &self.cfg, &self.weights);
         let (rows, v, d) = (plan.rows, cfg.vocab_size, cfg.hidden_size);
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head, Post::None)?;
         let s = &ctx.stream;
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
         let job = gemm::Job::bf16(
@@ -171,31 +171,21 @@ impl GpuModel {
             plan: &plan,
             official,
         };
+        // Each HCPost is fused into the HCPre after it; the last block's runs on its own (the callers
+        // read the streams).
+        let mut post = Post::None;
+        let attn = Mixer::Attn { quant: false };
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(
-                ctx,
-                cfg,
-                ws,
-                rows,
-                &blk.hc_attn,
-                &blk.attn_norm,
-                Mixer::Attn,
-            )?;
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, post)?;
             hook("hc_pre.attn")?;
             attn::attention(&c, &blk.attn, state, ws, hook)?;
-            ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
-            hook("hc_post.attn")?;
-            hc_pre(
-                ctx,
-                cfg,
-                ws,
-                rows,
-                &blk.hc_ffn,
-                &blk.ffn_norm,
-                Mixer::Ffn { quant: official },
-            )?;
+            let ffn = Mixer::Ffn { quant: official };
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, Post::Attn)?;
             hook("hc_pre.ffn")?;
             moe::forward(&c, cfg, &blk.moe, ws, hook)?;
+            post = Post::Moe;
+        }
+        if post == Post::Moe {
             let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
             ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
             hook("hc_post.ffn")?;
@@ -207,11 +197,15 @@ impl GpuModel {
 impl HcWorkspace for PrefillWs {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
-            x: &self.x,
+            x: &mut self.x,
             hc_ws: &mut self.hc_ws,
             mix: &mut self.mix,
             a: &mut self.a,
             aq: &mut self.aq,
+            xq: None,
+            attn_out: &self.attn_out,
+            y_routed: &self.moe.y_routed,
+            y_shared: &self.moe.y_shared,
         }
     }
 }
