@@ -127,7 +127,16 @@ impl GpuModel {
     /// last row there), for [`Self::read_next`] / [`Self::read_logits`].
     pub(crate) fn head_rows(&mut self, rows: usize) -> Result<(), RunnerError> {
         let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head, Post::None)?;
+        hc_pre(
+            ctx,
+            cfg,
+            ws,
+            rows,
+            &w.hc_head,
+            &w.norm,
+            Mixer::Head,
+            Post::None,
+        )?;
         head(ctx, cfg, &w.head, ws, rows)
     }
 
@@ -192,7 +201,16 @@ pub(crate) fn run_block(
     let ffn = Mixer::Ffn {
         quant: numerics == Numerics::Official,
     };
-    hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, Post::Attn)?;
+    hc_pre(
+        ctx,
+        cfg,
+        ws,
+        rows,
+        &blk.hc_ffn,
+        &blk.ffn_norm,
+        ffn,
+        Post::Attn,
+    )?;
     hook("hc_pre.ffn", ws)?;
     moe::forward(ctx, cfg, &blk.moe, ws, rows, numerics, hook)?;
     Ok(Post::Moe)

@@ -190,7 +190,12 @@ impl GpuContext {
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&xp).arg(&fp).arg(&wsp).arg(&ri).arg(&di).arg(&post_args);
+        l.arg(&xp)
+            .arg(&fp)
+            .arg(&wsp)
+            .arg(&ri)
+            .arg(&di)
+            .arg(&post_args);
         // SAFETY: hc_{mix_partial,post_mix}M_mgG(X, fn, ws, rows, D, post); X holds rows*4D, fn M*4D, ws
         // chunks*rows*(M+1); post's buffers were checked by post_args (all null without a fused HCPost).
         unsafe { self.launch_k(stream, partial, cfg, &mut l) }?;
@@ -299,10 +304,18 @@ impl GpuContext {
 
 /// The fused HCPost's kernel arguments, after checking its f source against `rows` x `d`; `mix` is the
 /// mixer's coefficient buffer (checked by the caller).
-fn post_args(stream: &CudaStream, rows: usize, d: usize, mix: u64, f: HcPostF<'_>) -> Result<MhcPost> {
+fn post_args(
+    stream: &CudaStream,
+    rows: usize,
+    d: usize,
+    mix: u64,
+    f: HcPostF<'_>,
+) -> Result<MhcPost> {
     Ok(match f {
         HcPostF::Bf16(f) => {
-            check(NAME, f.len() >= rows * d, || "hc_pre post: f too short".into())?;
+            check(NAME, f.len() >= rows * d, || {
+                "hc_pre post: f too short".into()
+            })?;
             MhcPost {
                 mix,
                 f_bf16: ptr(f, stream),

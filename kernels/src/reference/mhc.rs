@@ -59,7 +59,8 @@ pub fn hc_pre(p: &HcRef<'_>, x: &[bf16], d: usize) -> HcOut {
             .map(|row| row.iter().zip(&xf).map(|(a, b)| a * b).sum::<f32>() * rho)
             .collect();
         if m > N {
-            out.mix.extend((0..N).map(|j| 2.0 * sigmoid(mu[N + j] * p.scale[1] + p.base[N + j])));
+            out.mix
+                .extend((0..N).map(|j| 2.0 * sigmoid(mu[N + j] * p.scale[1] + p.base[N + j])));
             let l: Vec<f32> = (0..16)
                 .map(|i| mu[8 + i] * p.scale[2] + p.base[8 + i])
                 .collect();

@@ -132,7 +132,8 @@ fn run(g: &GpuContext, c: &Case, post: Option<bool>, fused: bool, yq_bf16: bool)
     );
     let mut mix = upload(g, &c.mix);
     let (f, routed, shared) = (upload(g, &c.f), upload(g, &c.routed), upload(g, &c.shared));
-    let mut ws: CudaSlice<f32> = upload(g, &vec![f32::NAN; dsv4_kernels::hc_workspace_len(rows, d)]);
+    let mut ws: CudaSlice<f32> =
+        upload(g, &vec![f32::NAN; dsv4_kernels::hc_workspace_len(rows, d)]);
     let mut y = upload(g, &vec![bf16::NAN; rows * d]);
     let mut yq = upload(g, &vec![bf16::NAN; rows * d]);
     let src = post.map(|moe| match moe {
@@ -154,7 +155,17 @@ fn run(g: &GpuContext, c: &Case, post: Option<bool>, fused: bool, yq_bf16: bool)
     let p = c.params(yq_bf16);
     let fused_src = if fused { src } else { None };
     g.launch_hc_pre(
-        s, &p, &mut x, &func, &base, &scale, &norm_w, &mut ws, &mut mix, &mut y, Some(&mut yq),
+        s,
+        &p,
+        &mut x,
+        &func,
+        &base,
+        &scale,
+        &norm_w,
+        &mut ws,
+        &mut mix,
+        &mut y,
+        Some(&mut yq),
         fused_src,
     )
     .expect("hc_pre");
@@ -225,11 +236,21 @@ fn hc_pre_fused_post_matches_unfused_and_reference() {
             for moe in [false, true] {
                 let unfused = run(&g, &c, Some(moe), false, false);
                 let fused = run(&g, &c, Some(moe), true, false);
-                let what = if moe { "post(moe)+pre" } else { "post(bf16)+pre" };
+                let what = if moe {
+                    "post(moe)+pre"
+                } else {
+                    "post(bf16)+pre"
+                };
                 check_reference(&c, Some(moe), &fused, what);
-                assert!(same_bits(&fused.x, &unfused.x), "{what}: fused streams differ");
+                assert!(
+                    same_bits(&fused.x, &unfused.x),
+                    "{what}: fused streams differ"
+                );
                 assert!(same_bits(&fused.y, &unfused.y), "{what}: fused y differs");
-                assert!(same_bits(&fused.yq, &unfused.yq), "{what}: fused yq differs");
+                assert!(
+                    same_bits(&fused.yq, &unfused.yq),
+                    "{what}: fused yq differs"
+                );
                 let mix_same = fused
                     .mix
                     .iter()
@@ -274,7 +295,12 @@ fn hc_pre_attention_quant_matches_row_prep() {
             .flat_map(|row| dsv4_kernels::reference::act_quant(row, 128).deq)
             .collect();
         let exact = same_bits(&got.yq, &want) && same_bits(&got.yq, &cpu);
-        println!("attn quant rows={rows} d={d}: bit-exact with attn_row_prep and act_quant: {exact}");
-        assert!(exact, "rows {rows} d {d}: FP8 copy differs from attn_row_prep");
+        println!(
+            "attn quant rows={rows} d={d}: bit-exact with attn_row_prep and act_quant: {exact}"
+        );
+        assert!(
+            exact,
+            "rows {rows} d {d}: FP8 copy differs from attn_row_prep"
+        );
     }
 }

@@ -91,7 +91,9 @@ impl Rank {
         let (g, cfg, ws) = (&self.gpu, &self.cfg, &mut self.ws);
         let mut post = Post::None;
         for (blk, state) in self.w.blocks.iter().zip(self.states.iter_mut()) {
-            post = run_block(g, cfg, blk, state, ws, rows, numerics, post, &mut |_, _| Ok(()))?;
+            post = run_block(g, cfg, blk, state, ws, rows, numerics, post, &mut |_, _| {
+                Ok(())
+            })?;
         }
         // The streams leave the rank: the last block's HCPost has no HCPre here to fuse into.
         flush_post(g, cfg, ws, rows, post)
@@ -107,7 +109,16 @@ impl Rank {
         let (g, cfg, ws) = (&self.gpu, &self.cfg, &mut self.ws);
         let (blk, tp) = (&self.w.blocks[i], &self.w.tp[i]);
         let attn = Mixer::Attn { quant: false };
-        hc_pre(g, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, Post::None)?;
+        hc_pre(
+            g,
+            cfg,
+            ws,
+            rows,
+            &blk.hc_attn,
+            &blk.attn_norm,
+            attn,
+            Post::None,
+        )?;
         let s = &g.stream;
         let state = &mut self.states[i];
         decode_heads(
@@ -206,7 +217,16 @@ impl Rank {
             .head
             .as_ref()
             .ok_or_else(|| RunnerError::Split(format!("rank {} has no head", self.w.rank)))?;
-        hc_pre(g, cfg, ws, rows, &h.hc_head, &h.norm, Mixer::Head, Post::None)?;
+        hc_pre(
+            g,
+            cfg,
+            ws,
+            rows,
+            &h.hc_head,
+            &h.norm,
+            Mixer::Head,
+            Post::None,
+        )?;
         head(g, cfg, &h.head, ws, rows)
     }
 }

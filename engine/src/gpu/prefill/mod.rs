@@ -136,7 +136,16 @@ impl GpuModel {
         let plan = self.prefill_blocks(ws, segs, &mut |_| Ok(()))?;
         let (ctx, cfg, w) = (&self.ctx, &self.cfg, &self.weights);
         let (rows, v, d) = (plan.rows, cfg.vocab_size, cfg.hidden_size);
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head, Post::None)?;
+        hc_pre(
+            ctx,
+            cfg,
+            ws,
+            rows,
+            &w.hc_head,
+            &w.norm,
+            Mixer::Head,
+            Post::None,
+        )?;
         let s = &ctx.stream;
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
         let job = gemm::Job::bf16(
@@ -180,7 +189,16 @@ impl GpuModel {
             hook("hc_pre.attn")?;
             attn::attention(&c, &blk.attn, state, ws, hook)?;
             let ffn = Mixer::Ffn { quant: official };
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, Post::Attn)?;
+            hc_pre(
+                ctx,
+                cfg,
+                ws,
+                rows,
+                &blk.hc_ffn,
+                &blk.ffn_norm,
+                ffn,
+                Post::Attn,
+            )?;
             hook("hc_pre.ffn")?;
             moe::forward(&c, cfg, &blk.moe, ws, hook)?;
             post = Post::Moe;
