@@ -9,34 +9,39 @@
 //          HCPost: X'_k = bf16(post_k f + sum_i comb[i,k] X_i) (comb applied transposed).
 // Layout:  X bf16 [rows, 4, D]; fn f32 [M, 4D]; base f32 [M]; scale f32 [3] (head: [1]); mix f32 [rows, 24]
 //          = post[4] then comb[16] row-major (i, k); partial sums ws f32 [chunks, rows, M+1] (M dots + sum x^2).
-// Launch:  hc_mix_partial{24,4}_mg{1,2,4,8}: grid ceil(D/32), block 256. Block b owns columns [32b, 32b+32) of D
-//          in all 4 streams (128 values); each warp keeps its mixes of that slice of fn in registers (lane: one
-//          stream, 4 columns, float4 loads) and dots it with its rows (MG mix groups x 8 / MG row groups, MG
-//          picked by the launcher from the row count); 128 blocks share the 1.5 MB fn read (fn is read once
-//          per step whatever the batch).
-//          hc_post_mix{24,4}_mg{1,2,4,8}: the same, first applying the previous mixer's HCPost in place to the
-//          block's columns (the HCPost after attention fused into the ffn mixer, the one after the MoE into
-//          the next block's attention mixer or the HC head): one launch fewer per HCPost.
+// Launch:  hc_mix_partial{24,4}_mg{1,2,4,8}: grid ceil(4D/128), block 256. Each warp keeps its mixes of the
+//          block's 128-column slice of fn in registers (lane: 4 columns, float4 loads) and dots it with its
+//          rows (MG mix groups x 8 / MG row groups, MG picked by the launcher from the row count); 128
+//          blocks share the 1.5 MB fn read (fn is read once per step whatever the batch).
+//          hc_post_mix{24,4}_mg{1,2,4,8}: the same, first forming its values as the previous mixer's HCPost
+//          (the one after attention fused into the ffn mixer, the one after the MoE into the next block's
+//          attention mixer or the HC head: one launch fewer per HCPost). A chunk is one stream's columns,
+//          but HCPost mixes all 4 streams of a column, so X cannot be updated in place (other blocks still
+//          read its old values): the new streams go to a scratch copy, which hc_finish reads and copies
+//          back into X. Same values, chunks and sums as HCPost then hc_mix_partial: the same bits.
 //          hc_finish{24,4}: grid rows, block 288: warps sum the partials (fixed order: deterministic), one
 //          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics)
 //          the FP8 fake-quantised copy: for the expert GEMVs from f32 (ffn mixer), for the attention's
 //          FP8 wq_a/wkv from the bf16 output (attention mixer; replaces the attention's own x-quant launch).
+//          After hc_post_mix it reads the scratch streams and copies them back into X (xcopy).
 //          hc_post: grid (rows, ceil(D/256)), block 256; in place (each thread reads its 4 stream values
 //          before writing them). Mode 1 forms f = bf16(sum_k y_routed[k] + y_shared) from the MoE's f32
-//          partial outputs, fusing the MoE sum into the residual update. Only where no HCPre follows on the
-//          same streams (split runner's tensor mode).
+//          partial outputs, fusing the MoE sum into the residual update. For callers without the
+//          scratch copy (prefill, the split runner's tensor mode) or no HCPre after (a layer rank's last block).
 //          embed_streams: grid rows, block 256, 16-byte copies.
 // Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
 //          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
 //          Sinkhorn in one thread: 52 us. v2 (this): fn in registers, warp-parallel partial sums and Sinkhorn.
 //          A single fused kernel (one block per row) was rejected on paper: at batch 1 it reads fn at one
-//          SM's bandwidth (~15 us per mixer).
+//          SM's bandwidth (~15 us per mixer). v3 fused HCPost by re-slicing the chunks (one block: 32 columns
+//          of all 4 streams, updated in place): another sum order, which moved the official-numerics synthetic
+//          model test under its argmax gate (0.732 -> 0.683, noise-level flips); v4 (this) keeps the chunks.
 // Depends on f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit; it sorts first).
 // Constraints: n = 4 (checked on the host), D % 8 == 0.
 #include "common.cuh"
 
 #define MHC_N 4
-#define MHC_COLS 32  // columns of D per partial chunk (x 4 streams = 128 values)
+#define MHC_CHUNK 128
 #define MHC_MIX 24
 #define MHC_MAX_D 8192  // widest row hc_finish keeps in shared memory
 
@@ -85,71 +90,67 @@ __device__ __forceinline__ float mhc_post_f(const u16* f_bf16, const float* ys, 
     return bf16_to_f32(f32_to_bf16(s + ysh[row * D + c]));
 }
 
-// The previous mixer's HCPost, fused into the partial kernel (null mix: none).
+// The previous mixer's HCPost, fused into the partial kernel (hc_post_mix only).
 struct MhcPost {
     const float* mix;  // [rows, 24]: post then comb of the previous mixer
     const u16* f_bf16;
     const float* ys;
     const float* ysh;
+    u16* xo;  // [rows, 4, D]: the updated streams (X is only read: other blocks still read its old values)
     int topk, mode;  // see mhc_post_f
 };
 
-// Partial mixer dots of one chunk: the 32 columns [32 b, 32 b + 32) of D in all 4 streams (128 values; lane:
-// stream lane / 8, 4 columns, float4 loads of fn). A chunk holds every stream of its columns so that the fused
-// HCPost (POST) can update the streams in place first: lane (j, c) gathers the 4 streams' old values at its
-// columns from lanes (i, c) by shuffles. The 8 warps are split into RG = 8 / MG row groups x MG mix groups:
-// warp (rg, mg) dots rows rg, rg + RG, ... with mixes mg, mg + MG, ... (index M = the row's sum of squares),
-// so at batch 1 (MG = 8) each warp holds and reduces 3-4 mixes instead of one warp doing all 25 while the rest
-// idle. MG is a template argument (the launcher picks it from the row count): with a run-time split the mix
-// indices, the select and a break before every warp_sum stayed in the loop, which serialised the 25 shuffle
-// reductions of a row (batch 64: 1.32 -> 1.85 ms per step per mixer; 8K-row prefill 59 -> 146 ms). Every
-// warp reduces all of its I slots (the few past M sum zeros) so the reductions have no branches between them;
-// only the store is guarded. Each stored value is the same per-lane expression and the same warp_sum whatever
-// MG, so every split gives the same bits. With POST and MG > 1 the MG warps of a row all compute its updated
-// values (same bits), a barrier lets them all read the old ones before mix group 0 stores.
+// Partial mixer dots of one 128-column chunk of the flat stream vector (lane: 4 columns, float4 loads of fn).
+// The 8 warps are split into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ...
+// with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and
+// reduces 3-4 mixes instead of one warp doing all 25 while the rest idle. MG is a template argument (the
+// launcher picks it from the row count): with a run-time split the mix indices, the select and a break before
+// every warp_sum stayed in the loop, which serialised the 25 shuffle reductions of a row (batch 64: 1.32 ->
+// 1.85 ms per step per mixer; 8K-row prefill 59 -> 146 ms). Every warp reduces all of its I slots (the few
+// past M sum zeros) so the reductions have no branches between them; only the store is guarded. Each stored
+// value is the same per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
+// POST: the lane first forms its 4 values as the previous mixer's HCPost from the old values of all 4 streams
+// at its columns (8-byte loads from X) and stores them to post.xo (mix group 0); the dots then see exactly
+// the values an unfused HCPost would have left in X, in the same chunks and order: the same bits.
 template <int M, int MG, bool POST>
-__device__ __forceinline__ void mhc_mix_partial_body(u16* __restrict__ X, const float* __restrict__ fn,
+__device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
                                                      float* __restrict__ ws, int rows, int D, const MhcPost post) {
     constexpr int RG = 8 / MG, I = (M + MG) / MG;  // I = ceil((M + 1) / MG) mixes per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rg = MG == 1 ? warp : warp % RG, mg = MG == 1 ? 0 : warp / RG;
-    const int j = lane >> 3, c = blockIdx.x * MHC_COLS + (lane & 7) * 4;
-    const bool valid = c < D;  // D % 4 == 0: a lane's 4 columns are all in or all out
-    const u64 nd = (u64)MHC_N * D, off = (u64)j * D + c;
+    const int nd = MHC_N * D, c = blockIdx.x * MHC_CHUNK + lane * 4;
+    const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
+    const int j = c / D, cc = c - j * D;  // stream and column of D (D % 4 == 0: all 4 in one stream)
     float4 f[I];
 #pragma unroll
     for (int i = 0; i < I; ++i) {
         const int m = mg + MG * i;
-        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + off) : make_float4(0.f, 0.f, 0.f, 0.f);
+        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    for (int r0 = 0; r0 < rows; r0 += RG) {  // the same trip count in every warp (POST barrier)
-        const int row = r0 + rg;
-        const bool live = row < rows;
+    for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
-        if (live && valid) mhc_load4(X + (u64)row * nd + off, xv);
         if constexpr (POST) {
-            float old[4][MHC_N];
+            if (valid) {
+                float old[MHC_N][4];
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-#pragma unroll
-                for (int i = 0; i < MHC_N; ++i) old[q][i] = __shfl_sync(0xffffffffu, xv[q], (lane & 7) + 8 * i);
-            if (live && valid) {
+                for (int i = 0; i < MHC_N; ++i) mhc_load4(X + (u64)row * nd + (u64)i * D + cc, old[i]);
                 const float* mo = post.mix + (u64)row * MHC_MIX;
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const float fv = mhc_post_f(post.f_bf16, post.ys, post.ysh, row, c + q, D, post.topk, post.mode);
-                    xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv, old[q])));
+                    const float o[MHC_N] = {old[0][q], old[1][q], old[2][q], old[3][q]};
+                    const float fv = mhc_post_f(post.f_bf16, post.ys, post.ysh, row, cc + q, D, post.topk, post.mode);
+                    xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv, o)));
+                }
+                if (mg == 0) {
+                    uint2 v;
+                    v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
+                    v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
+                    *(uint2*)(post.xo + (u64)row * nd + c) = v;
                 }
             }
-            if (MG > 1) __syncthreads();
-            if (mg == 0 && live && valid) {
-                uint2 v;
-                v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
-                v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
-                *(uint2*)(X + (u64)row * nd + off) = v;
-            }
+        } else {
+            if (valid) mhc_load4(X + (u64)row * nd + c, xv);
         }
-        if (!live) break;  // only in the last trip, after its barrier
         float acc[I];
 #pragma unroll
         for (int i = 0; i < I; ++i) {
@@ -169,16 +170,16 @@ __device__ __forceinline__ void mhc_mix_partial_body(u16* __restrict__ X, const 
 }
 
 // hc_mix_partial{M}_mg{MG}: M = 24 (block mixers) or 4 (HC head); MG = 1 (8+ rows), 2 (4-7), 4 (2-3), 8 (1).
-// hc_post_mix{M}_mg{MG}: the same after the previous mixer's HCPost in place on X (post.mix non-null).
+// hc_post_mix{M}_mg{MG}: the same after the previous mixer's HCPost (X read, the result in post.xo).
 #define MHC_PARTIAL_KERNEL(M, MG)                                                                          \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
-        hc_mix_partial##M##_mg##MG(u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) {    \
+        hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
         pdl_trigger();                                                                                     \
         pdl_wait();                                                                                        \
         mhc_mix_partial_body<M, MG, false>(X, fn, ws, rows, D, post);                                      \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
-        hc_post_mix##M##_mg##MG(u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) {       \
+        hc_post_mix##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
         pdl_trigger();                                                                                     \
         pdl_wait();                                                                                        \
         mhc_mix_partial_body<M, MG, true>(X, fn, ws, rows, D, post);                                       \
@@ -281,7 +282,7 @@ template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
                                 float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
-                                u16* __restrict__ yq, int yq_bf16) {
+                                u16* __restrict__ yq, int yq_bf16, u16* __restrict__ xcopy) {
     __shared__ float sred[M + 1];
     __shared__ float sh[8];
     __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
@@ -297,11 +298,16 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
 #pragma unroll
     for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * scale[0] + base[j]) + hc_eps;
     const u16* xr = X + (u64)row * MHC_N * D;
+    u16* xc = xcopy ? xcopy + (u64)row * MHC_N * D : nullptr;
     float ss = 0.f;
     for (int c = tid; c < D; c += 256) {
         float a = 0.f;
 #pragma unroll
-        for (int j = 0; j < MHC_N; ++j) a += pre[j] * bf16_to_f32(xr[j * D + c]);
+        for (int j = 0; j < MHC_N; ++j) {
+            const u16 xb = xr[j * D + c];
+            if (xc) xc[j * D + c] = xb;
+            a += pre[j] * bf16_to_f32(xb);
+        }
         const float af = bf16_to_f32(f32_to_bf16(a));
         ss += af * af;
         av[c] = af;
@@ -333,18 +339,20 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
 extern "C" __global__ void __launch_bounds__(288) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
-                                                              int iters, float* mix, u16* y, u16* yq, int yq_bf16) {
+                                                              int iters, float* mix, u16* y, u16* yq, int yq_bf16, u16* xcopy) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16);
+    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16,
+                       xcopy);
 }
 extern "C" __global__ void __launch_bounds__(288) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
-                                                             int iters, float* mix, u16* y, u16* yq, int yq_bf16) {
+                                                             int iters, float* mix, u16* y, u16* yq, int yq_bf16, u16* xcopy) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16);
+    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16,
+                       xcopy);
 }
 
 // HCPost in place on X (f: see mhc_post_f). Unfused form, for the callers whose HCPost has no following HCPre

@@ -12,7 +12,7 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPostF, HcPre};
+use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPost, HcPostF, HcPre};
 
 /// Host values of one step; `tokens`, `slots` and `positions` have one entry per row.
 #[derive(Debug, Clone, Copy)]
@@ -225,14 +225,36 @@ pub(crate) fn flush_post(
     rows: usize,
     post: Post,
 ) -> Result<(), RunnerError> {
-    let (s, d, k) = (&ctx.stream, cfg.hidden_size, cfg.num_experts_per_tok);
-    match post {
-        Post::None => {}
-        Post::Attn => ctx.launch_hc_post(s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?,
-        Post::Moe => {
-            let (yr, ys) = (&ws.y_routed, &ws.y_shared);
-            ctx.launch_hc_post_moe(s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
-        }
+    let (d, topk) = (cfg.hidden_size, cfg.num_experts_per_tok);
+    let f = match post {
+        Post::None => return Ok(()),
+        Post::Attn => HcPostF::Bf16(&ws.attn_out),
+        Post::Moe => HcPostF::Moe {
+            routed: &ws.y_routed,
+            shared: &ws.y_shared,
+            topk,
+        },
+    };
+    post_alone(ctx, rows, d, &mut ws.x, &ws.mix, f)
+}
+
+/// HCPost of `x` with `mix`'s coefficients and the sub-block output `f`, as its own launch.
+fn post_alone(
+    ctx: &GpuContext,
+    rows: usize,
+    d: usize,
+    x: &mut CudaSlice<bf16>,
+    mix: &CudaSlice<f32>,
+    f: HcPostF<'_>,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    match f {
+        HcPostF::Bf16(f) => ctx.launch_hc_post(s, rows, d, x, mix, f)?,
+        HcPostF::Moe {
+            routed,
+            shared,
+            topk,
+        } => ctx.launch_hc_post_moe(s, rows, d, topk, x, mix, routed, shared)?,
     }
     Ok(())
 }
@@ -265,6 +287,9 @@ pub(crate) enum Post {
 /// The buffers an HCPre reads and writes: the decode workspace's, or a prefill call's.
 pub(crate) struct HcBufs<'a> {
     pub x: &'a mut CudaSlice<bf16>,
+    /// Scratch streams for an HCPost fused into the HCPre (None: the workspace has none, the HCPost
+    /// runs as its own launch first).
+    pub x_post: Option<&'a mut CudaSlice<bf16>>,
     pub hc_ws: &'a mut CudaSlice<f32>,
     pub mix: &'a mut CudaSlice<f32>,
     pub a: &'a mut CudaSlice<bf16>,
@@ -286,6 +311,7 @@ impl HcWorkspace for Workspace {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
             x: &mut self.x,
+            x_post: Some(&mut self.x_post),
             hc_ws: &mut self.hc_ws,
             mix: &mut self.mix,
             a: &mut self.a,
@@ -312,7 +338,8 @@ pub(crate) fn hc_pre(
     post: Post,
 ) -> Result<(), RunnerError> {
     let b = ws.hc_bufs();
-    let post = match post {
+    let d = cfg.hidden_size;
+    let f = match post {
         Post::None => None,
         Post::Attn => Some(HcPostF::Bf16(b.attn_out)),
         Post::Moe => Some(HcPostF::Moe {
@@ -320,6 +347,14 @@ pub(crate) fn hc_pre(
             shared: b.y_shared,
             topk: cfg.num_experts_per_tok,
         }),
+    };
+    let post = match (f, b.x_post) {
+        (Some(f), Some(scratch)) => Some(HcPost { f, scratch }),
+        (Some(f), None) => {
+            post_alone(ctx, rows, d, &mut *b.x, &*b.mix, f)?;
+            None
+        }
+        (None, _) => None,
     };
     let p = HcPre {
         rows,
@@ -337,21 +372,8 @@ pub(crate) fn hc_pre(
         })?),
         _ => None,
     };
-    let (f, base, s) = (&hc.func, &hc.base, &hc.scale);
-    ctx.launch_hc_pre(
-        &ctx.stream,
-        &p,
-        b.x,
-        f,
-        base,
-        s,
-        norm,
-        b.hc_ws,
-        b.mix,
-        b.a,
-        yq,
-        post,
-    )?;
+    let (s, f, base, scale) = (&ctx.stream, &hc.func, &hc.base, &hc.scale);
+    ctx.launch_hc_pre(s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post)?;
     Ok(())
 }
 

@@ -13,8 +13,8 @@ const NAME: &str = "mhc";
 pub const HC_STREAMS: usize = 4;
 /// Mixer outputs of a block mixer: (2 + n) * n.
 pub const HC_MIX: usize = 24;
-/// Columns of D per partial-sum block, in all 4 streams (cuda MHC_COLS).
-const COLS: usize = 32;
+/// Columns of the flat stream vector per partial-sum block (cuda MHC_CHUNK).
+const CHUNK: usize = 128;
 /// Widest row hc_finish keeps in shared memory (cuda MHC_MAX_D).
 const FINISH_MAX_D: usize = 8192;
 
@@ -41,12 +41,20 @@ impl HcPre {
         }
     }
     fn chunks(&self) -> usize {
-        self.d.div_ceil(COLS)
+        (HC_STREAMS * self.d).div_ceil(CHUNK)
     }
 }
 
-/// The previous mixer's HCPost, fused into an HCPre on the same streams (see [`GpuContext::launch_hc_pre`]):
-/// the sub-block output f.
+/// The previous mixer's HCPost, fused into an HCPre on the same streams (see [`GpuContext::launch_hc_pre`]).
+#[derive(Debug)]
+pub struct HcPost<'a> {
+    /// The sub-block output.
+    pub f: HcPostF<'a>,
+    /// Scratch bf16 `[rows, 4, D]` for the updated streams (copied back into `x` by the same launches).
+    pub scratch: &'a mut CudaSlice<bf16>,
+}
+
+/// The sub-block output f of a fused HCPost.
 #[derive(Debug, Clone, Copy)]
 pub enum HcPostF<'a> {
     /// f bf16 `[rows, D]` (the attention output).
@@ -67,6 +75,7 @@ struct MhcPost {
     f_bf16: u64,
     ys: u64,
     ysh: u64,
+    xo: u64,
     topk: i32,
     mode: i32,
 }
@@ -76,7 +85,7 @@ unsafe impl DeviceRepr for MhcPost {}
 
 /// f32 elements of partial-sum workspace an [`HcPre`] of `rows` x `d` needs (block mixer, the larger).
 pub fn hc_workspace_len(rows: usize, d: usize) -> usize {
-    d.div_ceil(COLS) * rows * (HC_MIX + 1)
+    (HC_STREAMS * d).div_ceil(CHUNK) * rows * (HC_MIX + 1)
 }
 
 /// Which hc_mix_partial instance serves `rows` rows: the index of MG (mix groups of the block's 8 warps)
@@ -133,8 +142,9 @@ impl GpuContext {
     /// `scale` f32 [3] ([1] for the head); `norm_w` f32 [D]; `ws` f32 [`hc_workspace_len`]; `mix` f32
     /// [rows, 24] (post, comb: written by block mixers only); `y` bf16 [rows, D] normalised output; `yq`
     /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128, see [`HcPre::yq_bf16`]).
-    /// `post`: first apply the previous mixer's HCPost to `x` in place, with its coefficients read from
-    /// `mix` (before this mixer overwrites them) and the sub-block output `post` (one launch fewer).
+    /// `post`: first apply the previous mixer's HCPost to `x` (coefficients read from `mix` before this
+    /// mixer overwrites them), fused into these launches: one launch fewer, the same bits as
+    /// [`Self::launch_hc_post`] / [`Self::launch_hc_post_moe`] first.
     #[allow(clippy::too_many_arguments)]
     pub fn launch_hc_pre(
         &self,
@@ -149,7 +159,7 @@ impl GpuContext {
         mix: &mut impl DevicePtrMut<f32>,
         y: &mut impl DevicePtrMut<bf16>,
         yq: Option<&mut CudaSlice<bf16>>,
-        post: Option<HcPostF<'_>>,
+        post: Option<HcPost<'_>>,
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
         let di = check_d(d)?;
@@ -175,14 +185,15 @@ impl GpuContext {
         let which = usize::from(p.head);
         let (xp, fp, wsp) = (ptr_mut(x, stream), ptr(func, stream), ptr_mut(ws, stream));
         let mp = ptr_mut(mix, stream);
+        let fused = post.is_some();
         let post_args = match post {
-            Some(f) => post_args(stream, rows, d, mp, f)?,
+            Some(post) => post_args(stream, rows, d, mp, post)?,
             None => MhcPost::default(),
         };
         let kernels = &self.kernels.runner;
-        let partial = match post {
-            Some(_) => &kernels.hc_post_mix[which][mix_groups(rows)],
-            None => &kernels.hc_mix_partial[which][mix_groups(rows)],
+        let partial = match fused {
+            true => &kernels.hc_post_mix[which][mix_groups(rows)],
+            false => &kernels.hc_mix_partial[which][mix_groups(rows)],
         };
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, p.chunks())?, 1, 1),
@@ -203,13 +214,18 @@ impl GpuContext {
         let yp = ptr_mut(y, stream);
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
         let yq_bf16 = i32::from(p.yq_bf16);
+        // After a fused HCPost the finish reads the scratch streams and copies them back into X.
+        let (x_read, x_copy) = match fused {
+            true => (post_args.xo, xp),
+            false => (xp, 0),
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, rows)?, 1, 1),
             block_dim: (288, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&xp)
+        l.arg(&x_read)
             .arg(&wsp)
             .arg(&ci)
             .arg(&ri)
@@ -223,9 +239,10 @@ impl GpuContext {
             .arg(&mp)
             .arg(&yp)
             .arg(&qp)
-            .arg(&yq_bf16);
+            .arg(&yq_bf16)
+            .arg(&x_copy);
         // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq,
-        // yq_bf16); every buffer was checked above (yq null: no quantised copy).
+        // yq_bf16, xcopy); every buffer was checked above (yq null: no quantised copy; xcopy null: none).
         unsafe { self.launch_k(stream, &kernels.hc_finish[which], cfg, &mut l) }?;
         Ok(())
     }
@@ -302,16 +319,20 @@ impl GpuContext {
     }
 }
 
-/// The fused HCPost's kernel arguments, after checking its f source against `rows` x `d`; `mix` is the
+/// The fused HCPost's kernel arguments, after checking its buffers against `rows` x `d`; `mix` is the
 /// mixer's coefficient buffer (checked by the caller).
 fn post_args(
     stream: &CudaStream,
     rows: usize,
     d: usize,
     mix: u64,
-    f: HcPostF<'_>,
+    post: HcPost<'_>,
 ) -> Result<MhcPost> {
-    Ok(match f {
+    check(NAME, post.scratch.len() >= rows * HC_STREAMS * d, || {
+        "hc_pre post: scratch streams too short".into()
+    })?;
+    let xo = ptr_mut(post.scratch, stream);
+    Ok(match post.f {
         HcPostF::Bf16(f) => {
             check(NAME, f.len() >= rows * d, || {
                 "hc_pre post: f too short".into()
@@ -319,6 +340,7 @@ fn post_args(
             MhcPost {
                 mix,
                 f_bf16: ptr(f, stream),
+                xo,
                 ..MhcPost::default()
             }
         }
@@ -336,6 +358,7 @@ fn post_args(
                 mix,
                 ys: ptr(routed, stream),
                 ysh: ptr(shared, stream),
+                xo,
                 topk: int(NAME, "topk", topk)?,
                 mode: 1,
                 ..MhcPost::default()

@@ -36,7 +36,7 @@ pub struct HcRef<'a> {
 }
 
 /// Output of [`hc_pre`]: `y` the normalised collapse (f32, before its bf16 store) `[rows, d]`, `mix`
-/// `[rows, 24]` (block mixers only).
+/// `[rows, 20]` post[4] then comb[16] (block mixers only).
 pub struct HcOut {
     pub y: Vec<f32>,
     pub mix: Vec<f32>,

@@ -180,15 +180,25 @@ impl GpuModel {
             plan: &plan,
             official,
         };
-        // Each HCPost is fused into the HCPre after it; the last block's runs on its own (the callers
-        // read the streams).
-        let mut post = Post::None;
+        // HCPost as its own launch here (the prefill workspace has no scratch streams to fuse it into the
+        // next HCPre; one launch is negligible next to the 8K-row work).
         let attn = Mixer::Attn { quant: false };
+        let ffn = Mixer::Ffn { quant: official };
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, post)?;
+            hc_pre(
+                ctx,
+                cfg,
+                ws,
+                rows,
+                &blk.hc_attn,
+                &blk.attn_norm,
+                attn,
+                Post::None,
+            )?;
             hook("hc_pre.attn")?;
             attn::attention(&c, &blk.attn, state, ws, hook)?;
-            let ffn = Mixer::Ffn { quant: official };
+            ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
+            hook("hc_post.attn")?;
             hc_pre(
                 ctx,
                 cfg,
@@ -197,13 +207,10 @@ impl GpuModel {
                 &blk.hc_ffn,
                 &blk.ffn_norm,
                 ffn,
-                Post::Attn,
+                Post::None,
             )?;
             hook("hc_pre.ffn")?;
             moe::forward(&c, cfg, &blk.moe, ws, hook)?;
-            post = Post::Moe;
-        }
-        if post == Post::Moe {
             let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
             ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
             hook("hc_post.ffn")?;
@@ -216,6 +223,8 @@ impl HcWorkspace for PrefillWs {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
             x: &mut self.x,
+            // No scratch streams: prefill runs each HCPost as its own launch.
+            x_post: None,
             hc_ws: &mut self.hc_ws,
             mix: &mut self.mix,
             a: &mut self.a,
