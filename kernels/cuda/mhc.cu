@@ -100,6 +100,49 @@ struct MhcPost {
     int topk, mode;  // see mhc_post_f
 };
 
+// The fused HCPost of one lane: stream j, columns cc..cc+3 of `row`, into xv (and to xo unless null). Every
+// load is issued before its first use (vector loads, the expert sum unrolled), so the lane waits about one
+// memory latency; the values equal mhc_post_f / mhc_post_value per column (same sums in the same order).
+__device__ __forceinline__ void mhc_post4(const u16* __restrict__ X, const MhcPost& post, int row, int D, int j,
+                                          int cc, u16* xo, float* xv) {
+    const u64 nd = (u64)MHC_N * D;
+    float old[MHC_N][4];
+#pragma unroll
+    for (int i = 0; i < MHC_N; ++i) mhc_load4(X + row * nd + (u64)i * D + cc, old[i]);
+    const float* mo = post.mix + (u64)row * MHC_MIX;
+    float fv[4];
+    if (post.mode == 0) {
+        mhc_load4(post.f_bf16 + (u64)row * D + cc, fv);
+    } else {
+        const float* yr = post.ys + (u64)row * post.topk * D + cc;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+        for (int k = 0; k < post.topk; ++k) {
+            const float4 v = *(const float4*)(yr + (u64)k * D);
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
+        }
+        const float4 h = *(const float4*)(post.ysh + (u64)row * D + cc);
+        fv[0] = bf16_to_f32(f32_to_bf16(sum.x + h.x));
+        fv[1] = bf16_to_f32(f32_to_bf16(sum.y + h.y));
+        fv[2] = bf16_to_f32(f32_to_bf16(sum.z + h.z));
+        fv[3] = bf16_to_f32(f32_to_bf16(sum.w + h.w));
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float o[MHC_N] = {old[0][q], old[1][q], old[2][q], old[3][q]};
+        xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv[q], o)));
+    }
+    if (xo) {
+        uint2 v;
+        v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
+        v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
+        *(uint2*)xo = v;
+    }
+}
+
 // Partial mixer dots of one 128-column chunk of the flat stream vector (lane: 4 columns, float4 loads of fn).
 // The 8 warps are split into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ...
 // with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and
@@ -111,7 +154,8 @@ struct MhcPost {
 // value is the same per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
 // POST: the lane first forms its 4 values as the previous mixer's HCPost from the old values of all 4 streams
 // at its columns (8-byte loads from X) and stores them to post.xo (mix group 0); the dots then see exactly
-// the values an unfused HCPost would have left in X, in the same chunks and order: the same bits.
+// the values an unfused HCPost would have left in X, in the same chunks and order: the same bits. The body
+// runs pdl_wait itself, after loading fn.
 template <int M, int MG, bool POST>
 __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
                                                      float* __restrict__ ws, int rows, int D, const MhcPost post) {
@@ -127,27 +171,12 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
         const int m = mg + MG * i;
         f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    // fn is a weight (no earlier kernel writes it): its loads overlap the previous kernel's tail.
+    pdl_wait();
     for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
         if constexpr (POST) {
-            if (valid) {
-                float old[MHC_N][4];
-#pragma unroll
-                for (int i = 0; i < MHC_N; ++i) mhc_load4(X + (u64)row * nd + (u64)i * D + cc, old[i]);
-                const float* mo = post.mix + (u64)row * MHC_MIX;
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const float o[MHC_N] = {old[0][q], old[1][q], old[2][q], old[3][q]};
-                    const float fv = mhc_post_f(post.f_bf16, post.ys, post.ysh, row, cc + q, D, post.topk, post.mode);
-                    xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv, o)));
-                }
-                if (mg == 0) {
-                    uint2 v;
-                    v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
-                    v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
-                    *(uint2*)(post.xo + (u64)row * nd + c) = v;
-                }
-            }
+            if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
         } else {
             if (valid) mhc_load4(X + (u64)row * nd + c, xv);
         }
@@ -175,13 +204,11 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
     extern "C" __global__ void __launch_bounds__(256)                                                      \
         hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
         pdl_trigger();                                                                                     \
-        pdl_wait();                                                                                        \
         mhc_mix_partial_body<M, MG, false>(X, fn, ws, rows, D, post);                                      \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
         hc_post_mix##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
         pdl_trigger();                                                                                     \
-        pdl_wait();                                                                                        \
         mhc_mix_partial_body<M, MG, true>(X, fn, ws, rows, D, post);                                       \
     }
 MHC_PARTIAL_KERNEL(24, 1)
