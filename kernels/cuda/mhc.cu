@@ -301,6 +301,28 @@ __device__ __forceinline__ void mhc_post_comb(const float* sred, float rho, cons
     if (lane < 16) mo[4 + lane] = p;
 }
 
+// Copies n bf16 (n % 8 == 0, 16-byte aligned) with the whole block, every thread's loads in flight before its
+// first store (a load-store loop would wait a memory latency per element).
+__device__ __forceinline__ void mhc_copy_row(const u16* __restrict__ src, u16* __restrict__ dst, int n) {
+    constexpr int U = 8;
+    const int n16 = n >> 3;
+    const uint4* s = (const uint4*)src;
+    uint4* d = (uint4*)dst;
+    for (int base = threadIdx.x; base < n16; base += U * blockDim.x) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < n16) v[u] = s[i];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < n16) d[i] = v[u];
+        }
+    }
+}
+
 // One row per block of 9 warps: warp 8 computes post and the Sinkhorn comb (M == 24) while warps 0-7
 // collapse the streams with pre (each thread evaluates the 4 pre coefficients itself), RMS-normalise and
 // (yq) FP8-fake-quantise; the collapsed row stays in shared memory. Same operations in the same order as the
@@ -314,6 +336,7 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     __shared__ float sh[8];
     __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
     const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (xcopy) mhc_copy_row(X + (u64)row * MHC_N * D, xcopy + (u64)row * MHC_N * D, MHC_N * D);
     mhc_partial_sums<M>(ws, chunks, rows, row, sred);
     __syncthreads();
     const float rho = 1.f / sqrtf(sred[M] / (float)(MHC_N * D) + eps);
@@ -325,16 +348,11 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
 #pragma unroll
     for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * scale[0] + base[j]) + hc_eps;
     const u16* xr = X + (u64)row * MHC_N * D;
-    u16* xc = xcopy ? xcopy + (u64)row * MHC_N * D : nullptr;
     float ss = 0.f;
     for (int c = tid; c < D; c += 256) {
         float a = 0.f;
 #pragma unroll
-        for (int j = 0; j < MHC_N; ++j) {
-            const u16 xb = xr[j * D + c];
-            if (xc) xc[j * D + c] = xb;
-            a += pre[j] * bf16_to_f32(xb);
-        }
+        for (int j = 0; j < MHC_N; ++j) a += pre[j] * bf16_to_f32(xr[j * D + c]);
         const float af = bf16_to_f32(f32_to_bf16(a));
         ss += af * af;
         av[c] = af;

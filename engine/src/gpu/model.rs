@@ -373,7 +373,9 @@ pub(crate) fn hc_pre(
         _ => None,
     };
     let (s, f, base, scale) = (&ctx.stream, &hc.func, &hc.base, &hc.scale);
-    ctx.launch_hc_pre(s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post)?;
+    ctx.launch_hc_pre(
+        s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post,
+    )?;
     Ok(())
 }
 
