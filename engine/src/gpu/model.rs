@@ -117,7 +117,7 @@ impl GpuModel {
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
             post = run_block(ctx, cfg, blk, state, ws, rows, self.numerics, post, hook)?;
         }
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head, post)?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, post)?;
         hook("hc_head", ws)?;
         head(ctx, cfg, &w.head, ws, rows)?;
         hook("head", ws)
@@ -127,16 +127,7 @@ impl GpuModel {
     /// last row there), for [`Self::read_next`] / [`Self::read_logits`].
     pub(crate) fn head_rows(&mut self, rows: usize) -> Result<(), RunnerError> {
         let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
-        hc_pre(
-            ctx,
-            cfg,
-            ws,
-            rows,
-            &w.hc_head,
-            &w.norm,
-            Mixer::Head,
-            Post::None,
-        )?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Post::None)?;
         head(ctx, cfg, &w.head, ws, rows)
     }
 
@@ -225,17 +216,10 @@ pub(crate) fn flush_post(
     rows: usize,
     post: Post,
 ) -> Result<(), RunnerError> {
-    let (d, topk) = (cfg.hidden_size, cfg.num_experts_per_tok);
-    let f = match post {
-        Post::None => return Ok(()),
-        Post::Attn => HcPostF::Bf16(&ws.attn_out),
-        Post::Moe => HcPostF::Moe {
-            routed: &ws.y_routed,
-            shared: &ws.y_shared,
-            topk,
-        },
-    };
-    post_alone(ctx, rows, d, &mut ws.x, &ws.mix, f)
+    match post.source(cfg, &ws.attn_out, &ws.y_routed, &ws.y_shared) {
+        Some(f) => post_alone(ctx, rows, cfg.hidden_size, &mut ws.x, &ws.mix, f),
+        None => Ok(()),
+    }
 }
 
 /// HCPost of `x` with `mix`'s coefficients and the sub-block output `f`, as its own launch.
@@ -282,6 +266,27 @@ pub(crate) enum Post {
     None,
     Attn,
     Moe,
+}
+
+impl Post {
+    /// The sub-block output this HCPost reads, from a workspace's buffers.
+    fn source<'a>(
+        self,
+        cfg: &ModelConfig,
+        attn_out: &'a CudaSlice<bf16>,
+        y_routed: &'a CudaSlice<f32>,
+        y_shared: &'a CudaSlice<f32>,
+    ) -> Option<HcPostF<'a>> {
+        match self {
+            Post::None => None,
+            Post::Attn => Some(HcPostF::Bf16(attn_out)),
+            Post::Moe => Some(HcPostF::Moe {
+                routed: y_routed,
+                shared: y_shared,
+                topk: cfg.num_experts_per_tok,
+            }),
+        }
+    }
 }
 
 /// The buffers an HCPre reads and writes: the decode workspace's, or a prefill call's.
@@ -339,15 +344,7 @@ pub(crate) fn hc_pre(
 ) -> Result<(), RunnerError> {
     let b = ws.hc_bufs();
     let d = cfg.hidden_size;
-    let f = match post {
-        Post::None => None,
-        Post::Attn => Some(HcPostF::Bf16(b.attn_out)),
-        Post::Moe => Some(HcPostF::Moe {
-            routed: b.y_routed,
-            shared: b.y_shared,
-            topk: cfg.num_experts_per_tok,
-        }),
-    };
+    let f = post.source(cfg, b.attn_out, b.y_routed, b.y_shared);
     let post = match (f, b.x_post) {
         (Some(f), Some(scratch)) => Some(HcPost { f, scratch }),
         (Some(f), None) => {
@@ -377,6 +374,19 @@ pub(crate) fn hc_pre(
         s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post,
     )?;
     Ok(())
+}
+
+/// HCHead + final norm of `ws`'s streams into its `a`, after the pending HCPost `post`.
+pub(crate) fn hc_head(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    ws: &mut impl HcWorkspace,
+    rows: usize,
+    hc: &HcDev,
+    norm: &CudaSlice<f32>,
+    post: Post,
+) -> Result<(), RunnerError> {
+    hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Head, post)
 }
 
 /// Vocabulary head (f32 logits of the normalised HC-head output in `ws.a`) and greedy argmax.

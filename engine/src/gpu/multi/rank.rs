@@ -5,7 +5,7 @@ use super::weights::{rank_moe_config, RankWeights};
 use crate::api::Numerics;
 use crate::gpu::attention::rank::{latent, project, RankOutScratch};
 use crate::gpu::attention::{decode_heads, AttnState};
-use crate::gpu::model::{flush_post, hc_pre, head, run_block, Mixer, Post};
+use crate::gpu::model::{flush_post, hc_head, hc_pre, head, run_block, Mixer, Post};
 use crate::gpu::moe;
 use crate::gpu::{RunnerError, Workspace};
 use crate::model::ModelConfig;
@@ -108,17 +108,8 @@ impl Rank {
     ) -> Result<(), RunnerError> {
         let (g, cfg, ws) = (&self.gpu, &self.cfg, &mut self.ws);
         let (blk, tp) = (&self.w.blocks[i], &self.w.tp[i]);
-        let attn = Mixer::Attn { quant: false };
-        hc_pre(
-            g,
-            cfg,
-            ws,
-            rows,
-            &blk.hc_attn,
-            &blk.attn_norm,
-            attn,
-            Post::None,
-        )?;
+        let (mixer, norm) = (Mixer::Attn { quant: false }, &blk.attn_norm);
+        hc_pre(g, cfg, ws, rows, &blk.hc_attn, norm, mixer, Post::None)?;
         let s = &g.stream;
         let state = &mut self.states[i];
         decode_heads(
@@ -217,16 +208,7 @@ impl Rank {
             .head
             .as_ref()
             .ok_or_else(|| RunnerError::Split(format!("rank {} has no head", self.w.rank)))?;
-        hc_pre(
-            g,
-            cfg,
-            ws,
-            rows,
-            &h.hc_head,
-            &h.norm,
-            Mixer::Head,
-            Post::None,
-        )?;
+        hc_head(g, cfg, ws, rows, &h.hc_head, &h.norm, Post::None)?;
         head(g, cfg, &h.head, ws, rows)
     }
 }

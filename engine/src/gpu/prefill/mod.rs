@@ -17,7 +17,7 @@ mod ws;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
-use super::model::{hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer, Post};
+use super::model::{hc_head, hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer, Post};
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
@@ -136,16 +136,7 @@ impl GpuModel {
         let plan = self.prefill_blocks(ws, segs, &mut |_| Ok(()))?;
         let (ctx, cfg, w) = (&self.ctx, &self.cfg, &self.weights);
         let (rows, v, d) = (plan.rows, cfg.vocab_size, cfg.hidden_size);
-        hc_pre(
-            ctx,
-            cfg,
-            ws,
-            rows,
-            &w.hc_head,
-            &w.norm,
-            Mixer::Head,
-            Post::None,
-        )?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Post::None)?;
         let s = &ctx.stream;
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
         let job = gemm::Job::bf16(
@@ -185,30 +176,13 @@ impl GpuModel {
         let attn = Mixer::Attn { quant: false };
         let ffn = Mixer::Ffn { quant: official };
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            hc_pre(
-                ctx,
-                cfg,
-                ws,
-                rows,
-                &blk.hc_attn,
-                &blk.attn_norm,
-                attn,
-                Post::None,
-            )?;
+            let none = Post::None;
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, none)?;
             hook("hc_pre.attn")?;
             attn::attention(&c, &blk.attn, state, ws, hook)?;
             ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
             hook("hc_post.attn")?;
-            hc_pre(
-                ctx,
-                cfg,
-                ws,
-                rows,
-                &blk.hc_ffn,
-                &blk.ffn_norm,
-                ffn,
-                Post::None,
-            )?;
+            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, none)?;
             hook("hc_pre.ffn")?;
             moe::forward(&c, cfg, &blk.moe, ws, hook)?;
             let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
