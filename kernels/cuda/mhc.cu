@@ -167,11 +167,21 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
     const int j = c / D, cc = c - j * D;  // stream and column of D (D % 4 == 0: all 4 in one stream)
     float4 f[I];
 #pragma unroll
-    for (int i = 0; i < I; ++i) {
-        const int m = mg + MG * i;
-        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < I; ++i) f[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // fn is a weight (no earlier kernel writes it): its loads are issued before the wait, overlapping the
+    // previous kernel's tail. asm volatile loads (ldg_stream) inside a branch: the compiler sinks plain loads
+    // past the wait, and ptxas hoists the wait above straight-line (predicated) loads.
+    if (valid) {
+#pragma unroll
+        for (int i = 0; i < I; ++i) {
+            const int m = mg + MG * i;
+            if (m < M) {
+                const uint4 v = ldg_stream(fn + (u64)m * nd + c);
+                f[i] = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                   __uint_as_float(v.w));
+            }
+        }
     }
-    // fn is a weight (no earlier kernel writes it): its loads overlap the previous kernel's tail.
     pdl_wait();
     for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
