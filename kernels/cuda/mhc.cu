@@ -116,13 +116,21 @@ __device__ __forceinline__ void mhc_post4(const u16* __restrict__ X, const MhcPo
     } else {
         const float* yr = post.ys + (u64)row * post.topk * D + cc;
         float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-        for (int k = 0; k < post.topk; ++k) {
-            const float4 v = *(const float4*)(yr + (u64)k * D);
-            sum.x += v.x;
-            sum.y += v.y;
-            sum.z += v.z;
-            sum.w += v.w;
+        // Up to 8 experts' loads in flight at once, then the adds in k order (a plain loop waited a memory
+        // latency per expert: load, add, branch).
+        for (int k0 = 0; k0 < post.topk; k0 += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (k0 + u < post.topk) v[u] = *(const float4*)(yr + (u64)(k0 + u) * D);
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (k0 + u < post.topk) {
+                    sum.x += v[u].x;
+                    sum.y += v[u].y;
+                    sum.z += v[u].z;
+                    sum.w += v[u].w;
+                }
         }
         const float4 h = *(const float4*)(post.ysh + (u64)row * D + cc);
         fv[0] = bf16_to_f32(f32_to_bf16(sum.x + h.x));
