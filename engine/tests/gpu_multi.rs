@@ -1,18 +1,25 @@
-//! The model split over GPU ranks against the one-GPU runner (fed token by token: the split runner has
-//! no batched prefill, and prefill kernels round differently) and the CPU split model: tensor split over
-//! 1-4 ranks simulated on one GPU (one rank: bit for bit; more: the reassociation of the sums only, held
-//! to the same gates as the one-GPU runner against the CPU), layer split bit for bit, graph replay equal
-//! to eager; with two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer
-//! than two). `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
+//! The model split over GPU ranks against the one-GPU runner and the CPU split model. Decode steps
+//! (every token fed as one, the path of the tensor split): tensor split over 1-4 ranks simulated on one
+//! GPU (one rank: bit for bit; more: the reassociation of the sums only, held to the same gates as the
+//! one-GPU runner against the CPU), layer split bit for bit, graph replay equal to eager. Batched
+//! prefill (layer split, 2 and 3 ranks): prompts in one chunk, in uneven chunks of several sequences per
+//! call, and through a snapshot and restore, bit for bit against the one-GPU prefill fed the same way
+//! and within the one-GPU runner's gates against the CPU reference, decode continuing after it; tensor
+//! split the same with the decode tests' gates (one rank: bit for bit). With
+//! two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer than two).
+//! `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
 
 mod gpu_model_util;
 
 use dsv4_engine::api::{Numerics, SplitMode};
+use dsv4_engine::backend::{Backend, CpuBackend, SeqId, Work};
 use dsv4_engine::gpu::multi::{MultiGpuBackend, MultiOptions};
 use dsv4_engine::gpu::GpuOptions;
+use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
 use dsv4_engine::parallel::{LoadSettings, SplitItem, SplitModel};
 use dsv4_engine::reference::ForwardOptions;
+use dsv4_engine::reference::Model;
 use gpu_model_util::*;
 use std::path::Path;
 
@@ -63,6 +70,7 @@ fn split_backend(
     MultiGpuBackend::load(&case.dir, &opts, &LoadSettings::default()).expect("split GPU backend")
 }
 
+/// Every token as a decode step (the tensor split's only path; the layer split's for single tokens).
 fn run_split(
     case: &Case,
     n: Numerics,
@@ -70,7 +78,18 @@ fn run_split(
     devices: &[usize],
     mode: SplitMode,
 ) -> Vec<Vec<f32>> {
-    teacher_forced(&mut split_backend(case, n, graphs, devices, mode), case)
+    teacher_forced_stepwise(&mut split_backend(case, n, graphs, devices, mode), case)
+}
+
+/// The prompt in one forward (the split's batched prefill), then decode steps.
+fn run_split_prefill(
+    case: &Case,
+    n: Numerics,
+    devices: &[usize],
+    mode: SplitMode,
+) -> Vec<Vec<f32>> {
+    let mut b = split_backend(case, n, true, devices, mode);
+    teacher_forced(&mut b, case)
 }
 
 /// The CPU split model's teacher-forced logits (prompt, then one token at a time).
@@ -247,6 +266,23 @@ fn nccl_tensor_and_layer_split_match_one_gpu() {
                 &one,
             );
         }
+        let prefilled = run_split_prefill(&case, n, &devices, SplitMode::Layer);
+        let one_prefill = run_gpu(&case, n, true);
+        assert_bits(
+            &format!("NCCL layer split {devices:?} prefill, {n:?}"),
+            &prefilled,
+            &one_prefill,
+        );
+        let tp_prefill = run_split_prefill(&case, n, &devices, SplitMode::Tensor);
+        let what = format!("NCCL tensor split {devices:?} prefill vs one GPU");
+        check_close(&what, n, &tp_prefill, &one_prefill);
+        let mut one_b = gpu_backend(&case, n, true);
+        let mut split_b = split_backend(&case, n, true, &devices, SplitMode::Layer);
+        assert_bits(
+            &format!("NCCL layer split {devices:?}, uneven chunks and reuse, {n:?}"),
+            &scripted(&mut split_b, &case),
+            &scripted(&mut one_b, &case),
+        );
     }
 }
 
@@ -273,5 +309,175 @@ fn split_device_picks_equal_host_picks() {
         };
         eprintln!("{mode:?}");
         assert_device_picks_match(&mut host, &mut device, first, 4, &mut draws);
+    }
+}
+
+/// Feeds each item's tokens in one forward (several sequences per call) and returns their logits.
+fn feed_items(b: &mut dyn Backend, items: &[(SeqId, &[u32])]) -> Vec<Vec<f32>> {
+    let work: Vec<Work<'_>> = items
+        .iter()
+        .map(|&(seq, tokens)| Work { seq, tokens })
+        .collect();
+    b.forward(&work).expect("forward")
+}
+
+/// The engine's way with two sequences: uneven prompt chunks of both in the same calls (a one-token
+/// chunk riding along with a longer one), decode steps, a snapshot, a detour, the restore, a follow-up
+/// chunk and decode steps again. Returns every logits row in order.
+fn scripted(b: &mut dyn Backend, case: &Case) -> Vec<Vec<f32>> {
+    let (p, f) = (&case.prompt, &case.fed);
+    let (a, c) = (b.create_seq().expect("seq"), b.create_seq().expect("seq"));
+    let mut rows = feed_items(b, &[(a, &p[..37]), (c, &p[100..101])]);
+    rows.extend(feed_items(b, &[(a, &p[37..38]), (c, &p[101..150])]));
+    rows.extend(feed_items(b, &[(a, &p[38..90]), (c, &p[150..153])]));
+    for t in &f[..4] {
+        rows.extend(feed_items(
+            b,
+            &[(a, std::slice::from_ref(t)), (c, &f[4..5])],
+        ));
+    }
+    let snap = b.snapshot(a).expect("snapshot");
+    rows.extend(feed_items(b, &[(a, &p[200..229])]));
+    b.restore(a, snap).expect("restore");
+    rows.extend(feed_items(b, &[(a, &p[229..270]), (c, &f[5..6])]));
+    for t in &f[6..12] {
+        rows.extend(feed_items(b, &[(a, std::slice::from_ref(t))]));
+    }
+    rows
+}
+
+/// The one-GPU runner's gates against the CPU after a prefill (gpu_model.rs): reference numerics
+/// `check_reference_gate`, official numerics `check_official`.
+fn check_prefill_vs_cpu(what: &str, n: Numerics, got: &[Vec<f32>], cpu: &[Vec<f32>]) {
+    match n {
+        Numerics::Reference => check_reference_gate(what, got, cpu),
+        Numerics::Official => check_official(what, got, cpu),
+    }
+}
+
+#[test]
+fn layer_split_prefill_is_the_one_gpu_prefill() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let cpu = run_cpu(&case, n);
+        for ranks in [2, 3] {
+            let split = run_split_prefill(&case, n, &vec![0; ranks], SplitMode::Layer);
+            assert_bits(
+                &format!("layer split prefill, {ranks} ranks, {n:?}"),
+                &split,
+                &one,
+            );
+            check_prefill_vs_cpu(
+                &format!("layer split prefill, {ranks} ranks vs CPU"),
+                n,
+                &split,
+                &cpu,
+            );
+        }
+    }
+}
+
+/// Uneven chunks of two sequences per call and prefix reuse through a snapshot: the split equals the
+/// one-GPU runner fed the same way, and both stay within the prefix-reuse gates of the CPU reference fed
+/// the same way (gpu_prefix_reuse.rs: the bf16-engine gate, the official smoke gate).
+#[test]
+fn layer_split_uneven_chunks_and_reuse_match_one_gpu_and_cpu() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = scripted(&mut gpu_backend(&case, n, true), &case);
+        let ck = Checkpoint::open(&case.dir).expect("checkpoint");
+        let model = Model::from_checkpoint(&ck, n).expect("model");
+        let cpu = scripted(&mut CpuBackend::new(model, 4096), &case);
+        for ranks in [2, 3] {
+            let mut b = split_backend(&case, n, true, &vec![0; ranks], SplitMode::Layer);
+            let split = scripted(&mut b, &case);
+            assert_bits(
+                &format!("layer split, {ranks} ranks, scripted, {n:?}"),
+                &split,
+                &one,
+            );
+        }
+        let what = format!("scripted, one GPU = split, vs CPU, {n:?}");
+        match n {
+            Numerics::Reference => check_bf16_engine_gate(&what, &one, &cpu),
+            Numerics::Official => check_official(&what, &one, &cpu),
+        }
+    }
+}
+
+/// The tensor split's batched prefill: one rank bit for bit the one-GPU prefill (as its decode step is
+/// the one-GPU step); 2 and 3 ranks (golden: with the latent exchange) within the decode tests' gates of
+/// the one-GPU prefill and of the CPU split model, decode continuing after it.
+#[test]
+fn tensor_split_prefill_matches_one_gpu_prefill_and_cpu_split() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let single = run_split_prefill(&case, n, &[0], SplitMode::Tensor);
+        assert_bits(
+            &format!("tensor split prefill, 1 rank, {n:?}"),
+            &single,
+            &one,
+        );
+        for ranks in [2, 3] {
+            let split = run_split_prefill(&case, n, &vec![0; ranks], SplitMode::Tensor);
+            check_close(
+                &format!("tensor prefill, {ranks} ranks vs one GPU"),
+                n,
+                &split,
+                &one,
+            );
+            let cpu = run_cpu_split(&case, ranks, SplitMode::Tensor, n);
+            check_close(
+                &format!("tensor prefill, {ranks} ranks vs CPU split"),
+                n,
+                &split,
+                &cpu,
+            );
+        }
+    }
+}
+
+/// Uneven chunks of two sequences per call and a snapshot/restore through the tensor split's prefill,
+/// against the one-GPU runner fed the same way.
+#[test]
+fn tensor_split_prefill_uneven_chunks_and_reuse() {
+    let Some(case) = golden_or_skip() else {
+        return;
+    };
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = scripted(&mut gpu_backend(&case, n, true), &case);
+        for ranks in [2, 3] {
+            let mut b = split_backend(&case, n, true, &vec![0; ranks], SplitMode::Tensor);
+            let split = scripted(&mut b, &case);
+            check_close(
+                &format!("tensor split, {ranks} ranks, scripted"),
+                n,
+                &split,
+                &one,
+            );
+        }
+    }
+}
+
+/// The tensor split's prefill without a latent exchange and with the shared expert's rows split.
+#[test]
+fn tensor_split_prefill_without_latent_exchange_and_with_shared_rows_split() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let case = synthetic(tmp.path());
+    for n in [Numerics::Reference, Numerics::Official] {
+        let one = run_gpu(&case, n, true);
+        let split = run_split_prefill(&case, n, &[0, 0], SplitMode::Tensor);
+        check_close("synthetic prefill, 2 ranks vs one GPU", n, &split, &one);
     }
 }

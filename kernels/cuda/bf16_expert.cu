@@ -5,7 +5,8 @@
 // Layout:  W bf16 [E, N, K] (checkpoint layout, experts concatenated); x bf16 [rows, K]; y f32 or bf16
 //          [B*topk, N]; meta from `moe_group` (fp4_expert.cu): [num_groups, group_expert[S], group_start[S+1],
 //          slots[S]], so the expert ids stay on the device and the launch is graph-capturable.
-// Launch:  bf16_expert: grid (ceil(N / 8), min(E, S)), block 256 = 8 warps; blocks past num_groups exit. A warp
+// Launch:  bf16_expert: grid (ceil(N / 8), min(E, S), matrices), block 256 = 8 warps; blockIdx.z = 1 reads
+//          (w_b, out_b) instead of (w, out), so w1 and w3 run as one launch. Blocks past num_groups exit. A warp
 //          owns one row n of one group's expert: its lanes stride K in 16-byte chunks (8 values), each chunk
 //          of the row is read once per pass of up to BFX_TOK tokens of the group (more tokens: further passes,
 //          the row then comes from L2). f32 accumulation in K order per lane, then a fixed-order warp sum:
@@ -28,10 +29,14 @@ __device__ __forceinline__ float bfx_dot8(const uint4& a, const uint4& b, float 
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-    bf16_expert(const u16* __restrict__ x, const u16* __restrict__ w, const i32* __restrict__ meta,
-                void* __restrict__ out, int S, int topk, int N, int K, int x_per_slot, int out_bf16) {
+    bf16_expert(const u16* __restrict__ x, const u16* w, const i32* __restrict__ meta, void* out, const u16* w_b,
+                void* out_b, int S, int topk, int N, int K, int x_per_slot, int out_bf16) {
     pdl_trigger();
     pdl_wait();
+    if (blockIdx.z) {  // the second matrix of a paired launch (routed w1 + w3: same x, same groups)
+        w = w_b;
+        out = out_b;
+    }
     const int g = blockIdx.y;
     if (g >= meta[0]) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -5,10 +5,12 @@
 //          (w1/w3 read the token's row: x_per_slot = 0; w2 reads each slot's own hidden row: x_per_slot = 1.)
 // Layout:  Wq u8 [E, N, K/2], element 2m in the LOW nibble of byte m; S u8 UE8M0 [E, N, K/32]; x bf16
 //          [rows, K]; y f32 or bf16 [B*topk, N]; ids i32 [B*topk] in device memory.
-// Grouping: `moe_group` (one block) turns ids into groups on the device: meta = [num_groups,
-//          group_expert[S], group_start[S+1], slots[S]] with S = B*topk, slots sorted by expert then by slot
-//          (deterministic). Every expert's weights are then read ONCE for all the tokens that chose it.
-// Launch:  fp4_expert_mtM (M = 1, 2): grid (ceil(N / (64 M / kw)), min(E, S)), block 128 (4 warps); blocks
+// Grouping: `moe_group` (one block), or the last block of `moe_route_group` (moe_route.cu), turns ids into
+//          groups on the device: meta = [num_groups, group_expert[S], group_start[S+1], slots[S], counter]
+//          with S = B*topk, slots sorted by expert then by slot (deterministic). Every expert's weights are
+//          then read ONCE for all the tokens that chose it. (counter: moe_route_group's, zero between launches.)
+// Launch:  fp4_expert_mtM (M = 1, 2): grid (ceil(N / (64 M / kw)), min(E, S), matrices), block 128 (4 warps);
+//          blockIdx.z picks the matrix (routed w1 and w3 in one launch, see FP4_EXPERT_KERNEL); blocks
 //          past num_groups exit at once (fixed grid: graph-capturable). A warp owns 16 M rows of one expert;
 //          kw warps (1, 2, 4) split K and reduce through shared memory in a fixed order; M and kw are picked
 //          on the host from the shape (Fp4Tune). Decode groups hold 1-2 tokens, so the token tile is one mma
@@ -280,39 +282,48 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
 // barrier; `ring` doubles as the cross-warp reduction buffer after the K loop. Declared here so that both
 // bodies share them. MINB: blocks per SM the register budget must allow (shared memory allows 7 for MT = 2:
 // 72 registers; MT = 1 is for small batches, where more warps matter more than registers).
-#define FP4_ARGS x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16, kw, ring, sring
-#define FP4_EXPERT_KERNEL(MT, MINB)                                                                        \
-    extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, MINB) fp4_expert_mt##MT(                  \
-        const u16* x, const u8* w, const u8* s, const i32* meta, void* out, int S, int topk, int N, int K, \
-        int x_per_slot, int out_bf16, int kw) {                                                            \
-        __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                               \
-        __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                              \
-        pdl_trigger();                                                                                     \
-        pdl_wait();                                                                                        \
-        if ((K & 127) == 0)                                                                                \
-            fp4_expert_body<MT, true>(FP4_ARGS);                                                           \
-        else                                                                                               \
-            fp4_expert_body<MT, false>(FP4_ARGS);                                                          \
+// blockIdx.z picks the matrix: 0 -> (w, s, out), 1 -> (w + dw, s + ds, out + dout) (byte offsets, wrapping
+// u64: the second matrix's buffers minus the first's). The routed w1 and w3 read the same x with the same
+// grouping, so they run as one launch of grid z = 2 (one fewer dependent launch per layer); each block still
+// computes exactly what a single-matrix launch computes, so the bits do not change. Why offsets and not a
+// second set of pointers: ptxas rematerialises the per-thread bases from parameters and special registers;
+// pointers picked by `blockIdx.z ? w_b : w` had to stay in registers, and the spills (4-16 -> 56-60 bytes
+// per thread, sm_90a) made the kernel ~7% slower at batch 64 (measured). With offsets: 0 bytes of spills.
+#define FP4_ARGS                                                                                          \
+    x, (const u8*)((u64)w + blockIdx.z * dw), (const u8*)((u64)s + blockIdx.z * ds), meta,                \
+        (void*)((u64)out + blockIdx.z * dout), S, topk, N, K, x_per_slot, out_bf16, kw, ring, sring
+#define FP4_EXPERT_KERNEL(MT, MINB)                                                                       \
+    extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, MINB) fp4_expert_mt##MT(                 \
+        const u16* x, const u8* w, const u8* s, const i32* meta, void* out, u64 dw, u64 ds, u64 dout,     \
+        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
+        __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                              \
+        __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                             \
+        pdl_trigger();                                                                                    \
+        pdl_wait();                                                                                       \
+        if ((K & 127) == 0)                                                                               \
+            fp4_expert_body<MT, true>(FP4_ARGS);                                                          \
+        else                                                                                              \
+            fp4_expert_body<MT, false>(FP4_ARGS);                                                         \
     }
 FP4_EXPERT_KERNEL(1, 8)
 FP4_EXPERT_KERNEL(2, 7)
 #undef FP4_ARGS
 
-// Groups the S = B*topk slots by expert (one block; every loop strides by blockDim, the launcher uses 256
-// threads). Ids outside [0, E) are dropped.
-// meta = [num_groups, group_expert[S], group_start[S+1], slots[S]].
-extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
-                                                             i32* __restrict__ meta) {
-    pdl_trigger();
-    pdl_wait();
-    __shared__ int cnt[1024], start[1024], gidx[1024];
+// Groups the S = B*topk slots by expert in one block (every loop strides by blockDim; warp 0 scans). Ids
+// outside [0, E) are dropped. meta = [num_groups, group_expert[S], group_start[S+1], slots[S]]. `sm` is at
+// least 5120 ints of shared memory. The ids are read with ld.global.cg (L2, never the non-coherent read-only
+// path): moe_route_group calls this on ids that other blocks of the same launch wrote.
+__device__ __forceinline__ void moe_group_block(const i32* ids, int S, int E, i32* __restrict__ meta, int* sm) {
+    int* cnt = sm;           // [1024]
+    int* start = sm + 1024;  // [1024]
+    int* gidx = sm + 2048;   // [1024]
+    int* sid = sm + 3072;    // [2048] the ids, when they fit: the rank loop below re-reads them S times
     __shared__ int totals[2];
-    __shared__ int sid[2048];  // the ids, when they fit: the rank loop below re-reads them S times
     const int tid = threadIdx.x, lane = tid & 31;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
     for (int i = tid; i < S; i += blockDim.x) {
-        const int e = ids[i];
+        const int e = __ldcg(ids + i);
         if (i < 2048) sid[i] = e;
         if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
     }
@@ -342,12 +353,24 @@ extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restri
     if (tid == 0) { meta[0] = G; group_start[G] = totals[1]; }
     for (int e = tid; e < E; e += blockDim.x)
         if (cnt[e] > 0) { group_expert[gidx[e]] = e; group_start[gidx[e]] = start[e]; }
-    const i32* rid = S <= 2048 ? sid : ids;  // all lanes read rid[j] together: a shared-memory broadcast
     for (int i = tid; i < S; i += blockDim.x) {
-        const int e = rid[i];
+        const int e = i < 2048 ? sid[i] : __ldcg(ids + i);
         if (e < 0 || e >= E) continue;
-        int rank = 0;
-        for (int j = 0; j < i; ++j) rank += rid[j] == e ? 1 : 0;
+        int rank = 0;  // all lanes read sid[j] together: a shared-memory broadcast
+        if (S <= 2048)
+            for (int j = 0; j < i; ++j) rank += sid[j] == e ? 1 : 0;
+        else
+            for (int j = 0; j < i; ++j) rank += __ldcg(ids + j) == e ? 1 : 0;
         slots[start[e] + rank] = i;
     }
+}
+
+// moe_group: moe_group_block as its own launch (the tensor-split rank groups its localized ids with it).
+// The launcher uses 256 threads.
+extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
+                                                             i32* __restrict__ meta) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ int sm[5120];
+    moe_group_block(ids, S, E, meta, sm);
 }

@@ -5,6 +5,7 @@
 //          (descending, ties to the lower id, like the CPU reference); weights = s_idx / sum s_idx * scale.
 //          Outputs ids i32 [rows*topk] (feeds moe_group) and weights f32 [rows*topk].
 //          Launch: grid rows, block 32 (one warp); top-k by k warp argmax rounds.
+// moe_route_group: moe_route then moe_group (fp4_expert.cu) in one launch (the last block groups).
 // moe_swiglu: h = silu(min(g, L)) * clamp(u, -L, L) * wt (L = swiglu_limit, no clamp when L <= 0); either
 //          rounded to bf16, or (quant != 0, official numerics) FP8 act-quant fake-quantised from f32 in blocks of 128
 //          along the row (a shorter last block when I % 128 != 0, as the CPU reference does). g, u f32 [S, I]
@@ -12,26 +13,22 @@
 //          Launch: grid ceil(S * ceil(I/128) / 8), block 256: one warp per 128-block, 4 values per lane.
 // fake_quant_rows: the same FP8 fake quantisation of a bf16 [rows, D] tensor (any D, tail block shorter),
 //          out may alias x. Needed because act_quant_bf16 requires D % 128 == 0 (tiny models have D = 32).
-// Depends on fq_block from mhc.cu and f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit;
-// both sort first).
+// Depends on fq_block from mhc.cu, f32_to_e4m3 / e4m3_to_f32 from act_quant.cu and moe_group_block from
+// fp4_expert.cu (same translation unit; all sort first).
 #include "common.cuh"
 
 #define QBLOCK 128
 
 __device__ __forceinline__ float route_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// One warp per row: scores in shared memory, each top-k round a lane-local scan plus a 5-step butterfly
-// (v1 used a 256-thread block with two barriers per round: ~19 us per layer for gate + route + group).
-extern "C" __global__ void __launch_bounds__(32) moe_route(
-    const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
-    const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
-    float* __restrict__ wts) {
-    pdl_trigger();
-    pdl_wait();
-    __shared__ float score[1024];
-    __shared__ float biased[1024];
-    __shared__ int chosen[16];
-    const int row = blockIdx.x, lane = threadIdx.x;
+// One warp routes one row: scores in shared memory (score, biased: [E] each, chosen: [topk] of this warp),
+// each top-k round a lane-local scan plus a 5-step butterfly (v1 used a 256-thread block with two barriers
+// per round: ~19 us per layer for gate + route + group).
+__device__ __forceinline__ void route_row(const float* __restrict__ logits, const float* __restrict__ bias,
+                                          const i32* __restrict__ tid2eid, const i32* __restrict__ tokens, int E,
+                                          int topk, float route_scale, i32* ids, float* wts, int row, float* score,
+                                          float* biased, int* chosen) {
+    const int lane = threadIdx.x & 31;
     for (int e = lane; e < E; e += 32) {
         const float s = sqrtf(route_softplus(logits[(u64)row * E + e]));
         score[e] = s;
@@ -74,6 +71,54 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
             wts[(u64)row * topk + k] = score[chosen[k]] / sum * route_scale;
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(32) moe_route(
+    const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
+    const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
+    float* __restrict__ wts) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float score[1024];
+    __shared__ float biased[1024];
+    __shared__ int chosen[16];
+    route_row(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, score, biased, chosen);
+}
+
+// moe_route and moe_group (fp4_expert.cu) in one launch: grid ceil(rows / 4), block 128; warp w of block b
+// routes row 4b + w exactly as moe_route does, then the last block to finish (a device counter, `counter`,
+// zero between launches: that block resets it) groups all rows' ids into meta as moe_group does. Saves one
+// dependent launch per MoE layer while the routing keeps one warp per row. Measured (H200, full-size bench,
+// graph replay, with an earlier fp4_expert build): against moe_route + moe_group +0.04 / +0.05 / +0.07 ms
+// per step at batch 1 / 8 / 64, i.e. no gain within the run-to-run noise (~0.01-0.08 ms): the fences, the
+// counter atomic and the grouping on 128 instead of 256 threads cost about what the launch gap saved. Ordering: every block fences its
+// ids before counting itself in; the last block fences after seeing the full count and reads the ids from
+// L2 (moe_group_block), so it sees every block's writes.
+#define RG_WARPS 4
+extern "C" __global__ void __launch_bounds__(RG_WARPS * 32) moe_route_group(
+    const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
+    const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
+    i32* __restrict__ meta, int* counter) {
+    pdl_trigger();
+    pdl_wait();
+    // Routing needs 2 x 1024 floats per warp, grouping 5120 ints: the phases share one buffer.
+    __shared__ __align__(16) float sm[RG_WARPS * 2048];
+    __shared__ int chosen[RG_WARPS][16];
+    __shared__ int last;
+    const int warp = threadIdx.x >> 5, row = blockIdx.x * RG_WARPS + warp;
+    if (row < rows)
+        route_row(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sm + warp * 2048,
+                  sm + warp * 2048 + 1024, chosen[warp]);
+    __threadfence();  // this thread's ids and weights are visible device-wide before the block counts itself
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    moe_group_block(ids, rows * topk, E, meta, reinterpret_cast<int*>(sm));
+    if (threadIdx.x == 0) *counter = 0;
 }
 
 extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __restrict__ g,

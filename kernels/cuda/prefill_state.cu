@@ -20,7 +20,8 @@
 //   attention read the old ring). Launch: grid rows, block 64.
 // pf_moe_group: slot ids (row*topk + k) sorted by expert into `order`, and row tiles of at most `bm` rows per
 //   expert into tiles = [count, (expert, begin, rows) ...] for pf_gemm_fp4_expert. The order inside an expert
-//   is not deterministic, which changes no value: each row's products and sums are its own. One block of 1024.
+//   is not deterministic, which changes no value: each row's products and sums are its own. Slots with a
+//   negative id (another rank's expert, see moe_localize) are left out. One block of 1024.
 #include "common.cuh"
 
 struct PfCompress {
@@ -149,7 +150,10 @@ extern "C" __global__ void __launch_bounds__(1024) pf_moe_group(PfGroup p) {
     const int tid = threadIdx.x, E = p.experts;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = cur[e] = 0;
     __syncthreads();
-    for (int i = tid; i < p.slots; i += blockDim.x) atomicAdd(&cnt[p.ids[i]], 1);
+    for (int i = tid; i < p.slots; i += blockDim.x) {
+        const int e = p.ids[i];
+        if (e >= 0) atomicAdd(&cnt[e], 1);
+    }
     __syncthreads();
     if (tid == 0) {
         int o = 0, t = 0;
@@ -165,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(1024) pf_moe_group(PfGroup p) {
     __syncthreads();
     for (int i = tid; i < p.slots; i += blockDim.x) {
         const int e = p.ids[i];
-        p.order[off[e] + atomicAdd(&cur[e], 1)] = i;
+        if (e >= 0) p.order[off[e] + atomicAdd(&cur[e], 1)] = i;
     }
     for (int e = tid; e < E; e += blockDim.x) {
         for (int t = 0; t < toff[e + 1] - toff[e]; ++t) {

@@ -51,6 +51,8 @@ struct OneGpuSteps<'a> {
     model: &'a mut GpuModel,
     graphs: &'a GraphSet,
     sampler: &'a mut DeviceSampler,
+    /// The batched prefill's workspace, when chunks go through it (prefill_feed.rs).
+    prefill: Option<&'a mut PrefillWs>,
 }
 
 impl StepRunner for OneGpuSteps<'_> {
@@ -147,6 +149,7 @@ impl GpuBackend {
                 model: &mut self.model,
                 graphs: &self.graphs,
                 sampler: &mut self.sampler,
+                prefill: None,
             };
             feed_steps(&mut steps, &self.table, work, draws, logits)?
         };

@@ -4,7 +4,9 @@
 use super::attention::{gemv_need, AttnScratch, StepMeta};
 use super::RunnerError;
 use crate::model::ModelConfig;
-use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
+use std::sync::Arc;
+
+use dsv4_kernels::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use dsv4_kernels::{
     bf16, hc_workspace_len, moe_group_meta_len, GemvScratch, GemvWeights, GpuContext, HC_MIX,
     HC_STREAMS,
@@ -32,8 +34,13 @@ pub struct Workspace {
     pub attn: AttnScratch,
     /// Gate logits f32 [rows, E].
     pub gate: CudaSlice<f32>,
-    /// Split-K partial sums and counters of the runner's GEMVs (gate, shared expert, head).
+    /// Split-K partial sums and counters of the runner's GEMVs on the work stream (gate, head).
     pub gemv: GemvScratch,
+    /// The shared expert's GEMV scratch: it runs on the side stream, concurrently with the gate GEMV, and
+    /// a split-K launch's counters and partials must not be shared with a concurrent one.
+    pub gemv_side: GemvScratch,
+    /// The side stream of the MoE (shared expert beside the routed experts) and its fork/join events.
+    pub side: SideStream,
     pub ids: CudaSlice<i32>,
     pub wts: CudaSlice<f32>,
     pub group: CudaSlice<i32>,
@@ -50,6 +57,24 @@ pub struct Workspace {
     /// f32 [rows, vocab] and the greedy token of each row.
     pub logits: CudaSlice<f32>,
     pub next: CudaSlice<i32>,
+}
+
+/// A second stream with the events that fork it from the work stream and join it back, created once
+/// (recording and waiting on them allocates nothing and is graph-capturable).
+pub struct SideStream {
+    pub stream: Arc<CudaStream>,
+    pub fork: CudaEvent,
+    pub join: CudaEvent,
+}
+
+impl SideStream {
+    fn new(ctx: &GpuContext) -> Result<Self, RunnerError> {
+        Ok(SideStream {
+            stream: ctx.ctx.new_stream()?,
+            fork: ctx.ctx.new_event(None)?,
+            join: ctx.ctx.new_event(None)?,
+        })
+    }
 }
 
 fn zeros<T: DeviceRepr + ValidAsZeroBits>(
@@ -84,8 +109,13 @@ impl Workspace {
             gemv_need(sms, r, &[d], i, bf),
             gemv_need(sms, r, &[cfg.vocab_size], d, bf),
         ];
-        let ws_len = needs.iter().map(|n| n.0).max().unwrap_or(0);
-        let cnt_len = needs.iter().map(|n| n.1).max().unwrap_or(0);
+        let len = |needs: &[(usize, usize)]| {
+            let ws = needs.iter().map(|n| n.0).max().unwrap_or(0);
+            (ws, needs.iter().map(|n| n.1).max().unwrap_or(0))
+        };
+        let (ws_len, cnt_len) = len(&needs);
+        // The shared expert's GEMVs (indices 1..=4 above) in the side scratch.
+        let (side_ws, side_cnt) = len(&needs[1..5]);
         Ok(Workspace {
             max_rows,
             tokens: zeros(ctx, r)?,
@@ -103,6 +133,8 @@ impl Workspace {
             attn: AttnScratch::new(ctx, cfg, r)?,
             gate: zeros(ctx, r * e)?,
             gemv: GemvScratch::new(&ctx.stream, ws_len, cnt_len)?,
+            gemv_side: GemvScratch::new(&ctx.stream, side_ws, side_cnt)?,
+            side: SideStream::new(ctx)?,
             ids: zeros(ctx, slots)?,
             wts: zeros(ctx, slots)?,
             group: zeros(ctx, moe_group_meta_len(slots))?,

@@ -10,9 +10,10 @@ use crate::launch::Args;
 
 const NAME: &str = "fp4_expert";
 
-/// i32 elements of the `meta` buffer that `moe_group` fills for `slots` = B * topk.
+/// i32 elements of the `meta` buffer that `moe_group` fills for `slots` = B * topk, plus the counter of
+/// `moe_route_group` (last): allocate it zeroed (the kernel leaves the counter at zero after each launch).
 pub fn moe_group_meta_len(slots: usize) -> usize {
-    2 + 3 * slots
+    3 + 3 * slots
 }
 
 /// Shape of one grouped expert GEMV.
@@ -115,13 +116,13 @@ impl GpuContext {
     /// `scale` u8 UE8M0 [E, N, K/32], `x` bf16 [B or B*topk, K], `meta` from [`Self::launch_moe_group`],
     /// `out` [B*topk, N].
     #[allow(clippy::too_many_arguments)]
-    pub fn launch_fp4_expert(
+    pub fn launch_fp4_expert<W: DevicePtr<u8>>(
         &self,
         stream: &CudaStream,
         shape: &ExpertShape,
         x: &impl DevicePtr<bf16>,
-        w: &impl DevicePtr<u8>,
-        scale: &impl DevicePtr<u8>,
+        w: &W,
+        scale: &W,
         meta: &impl DevicePtr<i32>,
         out: GemvOut<'_>,
     ) -> Result<()> {
@@ -131,15 +132,49 @@ impl GpuContext {
 
     /// [`Self::launch_fp4_expert`] with an explicit [`Fp4Tune`] (benchmarks and tests of every variant).
     #[allow(clippy::too_many_arguments)]
-    pub fn launch_fp4_expert_tuned(
+    pub fn launch_fp4_expert_tuned<W: DevicePtr<u8>>(
         &self,
         stream: &CudaStream,
         shape: &ExpertShape,
         x: &impl DevicePtr<bf16>,
-        w: &impl DevicePtr<u8>,
-        scale: &impl DevicePtr<u8>,
+        w: &W,
+        scale: &W,
         meta: &impl DevicePtr<i32>,
         out: GemvOut<'_>,
+        tune: Fp4Tune,
+    ) -> Result<()> {
+        let m = Fp4Mat { w, scale, out };
+        self.fp4_launch(stream, shape, x, [Some(m), None], meta, tune)
+    }
+
+    /// Two matrices of the same shape over the same `x` and grouping in ONE launch (the routed w1 and w3):
+    /// the same bits as two [`Self::launch_fp4_expert_tuned`] calls with `tune` (None: the default for
+    /// `shape`), one fewer dependent launch.
+    pub fn launch_fp4_expert_pair<W: DevicePtr<u8>>(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        mats: [Fp4Mat<'_, W>; 2],
+        meta: &impl DevicePtr<i32>,
+        tune: Option<Fp4Tune>,
+    ) -> Result<()> {
+        let tune = tune.unwrap_or_else(|| Fp4Tune::for_shape(shape));
+        let [a, b] = mats;
+        check(NAME, a.out.bf16 == b.out.bf16, || {
+            "paired outputs differ in type".into()
+        })?;
+        self.fp4_launch(stream, shape, x, [Some(a), Some(b)], meta, tune)
+    }
+
+    /// One launch over one or two matrices (grid z picks the matrix).
+    fn fp4_launch<W: DevicePtr<u8>>(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        mats: [Option<Fp4Mat<'_, W>>; 2],
+        meta: &impl DevicePtr<i32>,
         tune: Fp4Tune,
     ) -> Result<()> {
         check(
@@ -148,7 +183,7 @@ impl GpuContext {
             || format!("{tune:?}: need kw 1, 2 or 4 and mt 1 or 2"),
         )?;
         let func = &self.kernels.fp4_expert[tune.mt - 1];
-        let (s, n, k, e) = (shape.slots(), shape.n, shape.k, shape.experts);
+        let (s, n, k) = (shape.slots(), shape.n, shape.k);
         check(NAME, (1..=64).contains(&shape.b), || {
             format!("batch {} not in 1..=64", shape.b)
         })?;
@@ -159,53 +194,80 @@ impl GpuContext {
         check(NAME, x.len() >= xrows * k, || {
             format!("x has {}, need {}", x.len(), xrows * k)
         })?;
-        check(NAME, w.len() >= e * n * k / 2, || {
-            format!("w has {} bytes, need {}", w.len(), e * n * k / 2)
-        })?;
-        let slen = e * n * k / 32;
-        check(NAME, scale.len() >= slen, || {
-            format!("scale has {} bytes, need {slen}", scale.len())
-        })?;
         check(NAME, meta.len() >= moe_group_meta_len(s), || {
             "meta too short".into()
         })?;
-        check(NAME, out.len >= s * n, || {
-            format!("out has {}, need {}", out.len, s * n)
-        })?;
+        // (w, s, out) per matrix; the kernel takes the second as byte offsets from the first (zero when
+        // absent: grid z = 1 never applies them).
+        let mut p = [(0u64, 0u64, 0u64); 2];
+        let mut out_bf16 = 0i32;
+        let mut z = 0usize;
+        for m in mats.iter().flatten() {
+            check_mat(shape, m)?;
+            p[z] = (ptr(m.w, stream), ptr(m.scale, stream), m.out.ptr);
+            out_bf16 = m.out.bf16;
+            z += 1;
+        }
+        check(NAME, z > 0, || "no matrix".into())?;
+        if z == 1 {
+            p[1] = p[0];
+        }
+        let d = (
+            p[1].0.wrapping_sub(p[0].0),
+            p[1].1.wrapping_sub(p[0].1),
+            p[1].2.wrapping_sub(p[0].2),
+        );
         let ints = [s, shape.topk, n, k, usize::from(shape.x_per_slot), tune.kw];
         let names = ["slots", "topk", "N", "K", "x_per_slot", "kw"];
         let mut iv = [0i32; 6];
         for (i, (v, name)) in ints.iter().zip(names).enumerate() {
             iv[i] = int(NAME, name, *v)?;
         }
-        let (xp, wp, sp, mp) = (
-            ptr(x, stream),
-            ptr(w, stream),
-            ptr(scale, stream),
-            ptr(meta, stream),
-        );
+        let (xp, mp) = (ptr(x, stream), ptr(meta, stream));
         // A block covers block_rows() rows of one group; blocks past the device's group count exit.
         let cfg = LaunchConfig {
             grid_dim: (
                 grid(NAME, n.div_ceil(tune.block_rows()))?,
-                grid(NAME, e.min(s))?,
-                1,
+                grid(NAME, shape.experts.min(s))?,
+                grid(NAME, z)?,
             ),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&xp).arg(&wp).arg(&sp).arg(&mp).arg(&out.ptr);
-        l.arg(&iv[0])
-            .arg(&iv[1])
-            .arg(&iv[2])
-            .arg(&iv[3])
-            .arg(&iv[4])
-            .arg(&out.bf16)
-            .arg(&iv[5]);
-        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, S, topk, N, K, x_per_slot, out_bf16, kw); buffers checked
-        // above; expert ids come from meta, which moe_group only fills with ids in [0, E).
+        l.arg(&xp).arg(&p[0].0).arg(&p[0].1).arg(&mp).arg(&p[0].2);
+        l.arg(&d.0).arg(&d.1).arg(&d.2);
+        for v in &iv[..5] {
+            l.arg(v);
+        }
+        l.arg(&out_bf16).arg(&iv[5]);
+        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, dw, ds, dout, S, topk, N, K, x_per_slot, out_bf16, kw);
+        // buffers checked above (check_mat for each matrix; block z reads matrix z at base + z * offset);
+        // expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;
         Ok(())
     }
+}
+
+/// One matrix of a grouped FP4 expert launch: weights u8 [E, N, K/2], scales u8 UE8M0 [E, N, K/32] and
+/// the output [B*topk, N].
+pub struct Fp4Mat<'a, W: DevicePtr<u8>> {
+    pub w: &'a W,
+    pub scale: &'a W,
+    pub out: GemvOut<'a>,
+}
+
+/// The buffer lengths of one matrix for `shape`.
+fn check_mat<W: DevicePtr<u8>>(shape: &ExpertShape, m: &Fp4Mat<'_, W>) -> Result<()> {
+    let (e, n, k, s) = (shape.experts, shape.n, shape.k, shape.slots());
+    check(NAME, m.w.len() >= e * n * k / 2, || {
+        format!("w has {} bytes, need {}", m.w.len(), e * n * k / 2)
+    })?;
+    let slen = e * n * k / 32;
+    check(NAME, m.scale.len() >= slen, || {
+        format!("scale has {} bytes, need {slen}", m.scale.len())
+    })?;
+    check(NAME, m.out.len >= s * n, || {
+        format!("out has {}, need {}", m.out.len, s * n)
+    })
 }

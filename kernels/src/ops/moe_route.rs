@@ -2,6 +2,7 @@
 use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
+use super::fp4_expert::moe_group_meta_len;
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
@@ -25,6 +26,79 @@ pub enum RouteBy<'a, T: DevicePtr<i32>, B: DevicePtr<f32>> {
     TopK { bias: Option<&'a B> },
 }
 
+/// The checked kernel arguments shared by `moe_route` and `moe_route_group`, in their order.
+struct RouteArgs {
+    logits: u64,
+    bias: u64,
+    table: u64,
+    tokens: u64,
+    e: i32,
+    topk: i32,
+    ids: u64,
+    wts: u64,
+}
+
+impl RouteArgs {
+    /// Appends (logits, bias, tid2eid, tokens, E, topk, scale, ids, wts), the arguments both kernels
+    /// start with.
+    fn push<'a>(&'a self, l: &mut Args<'a>, scale: &'a f32) {
+        l.arg(&self.logits).arg(&self.bias).arg(&self.table);
+        l.arg(&self.tokens).arg(&self.e).arg(&self.topk);
+        l.arg(scale).arg(&self.ids).arg(&self.wts);
+    }
+}
+
+fn route_args<T: DevicePtr<i32>, B: DevicePtr<f32>>(
+    stream: &CudaStream,
+    s: &RouteShape,
+    logits: &impl DevicePtr<f32>,
+    by: RouteBy<'_, T, B>,
+    ids: &mut impl DevicePtrMut<i32>,
+    wts: &mut impl DevicePtrMut<f32>,
+) -> Result<RouteArgs> {
+    let slots = s.rows * s.topk;
+    check(
+        NAME,
+        (1..=1024).contains(&s.experts) && (1..=16).contains(&s.topk),
+        || format!("E {} topk {}", s.experts, s.topk),
+    )?;
+    check(NAME, s.topk <= s.experts && s.rows > 0, || {
+        "topk > E".into()
+    })?;
+    check(NAME, logits.len() >= s.rows * s.experts, || {
+        "logits too short".into()
+    })?;
+    check(NAME, ids.len() >= slots && wts.len() >= slots, || {
+        "ids/wts too short".into()
+    })?;
+    let (bias, table, tokens) = match by {
+        RouteBy::Hash { tid2eid, tokens } => {
+            check(NAME, tokens.len() >= s.rows, || "tokens too short".into())?;
+            (0, ptr(tid2eid, stream), ptr(tokens, stream))
+        }
+        RouteBy::TopK { bias } => match bias {
+            Some(b) => {
+                check(NAME, b.len() >= s.experts, || "bias too short".into())?;
+                (ptr(b, stream), 0, 0)
+            }
+            None => (0, 0, 0),
+        },
+    };
+    Ok(RouteArgs {
+        logits: ptr(logits, stream),
+        bias,
+        table,
+        tokens,
+        e: int(NAME, "E", s.experts)?,
+        topk: int(NAME, "topk", s.topk)?,
+        ids: ptr_mut(ids, stream),
+        wts: ptr_mut(wts, stream),
+    })
+}
+
+/// Routing rows per `moe_route_group` block (its RG_WARPS).
+const ROUTE_GROUP_ROWS: usize = 4;
+
 impl GpuContext {
     /// `logits` f32 [rows, E] -> `ids` i32 [rows*topk], `wts` f32 [rows*topk].
     pub fn launch_moe_route<T: DevicePtr<i32>, B: DevicePtr<f32>>(
@@ -36,51 +110,55 @@ impl GpuContext {
         ids: &mut impl DevicePtrMut<i32>,
         wts: &mut impl DevicePtrMut<f32>,
     ) -> Result<()> {
-        let slots = s.rows * s.topk;
-        check(
-            NAME,
-            (1..=1024).contains(&s.experts) && (1..=16).contains(&s.topk),
-            || format!("E {} topk {}", s.experts, s.topk),
-        )?;
-        check(NAME, s.topk <= s.experts && s.rows > 0, || {
-            "topk > E".into()
-        })?;
-        check(NAME, logits.len() >= s.rows * s.experts, || {
-            "logits too short".into()
-        })?;
-        check(NAME, ids.len() >= slots && wts.len() >= slots, || {
-            "ids/wts too short".into()
-        })?;
-        let (bias, table, tokens) = match by {
-            RouteBy::Hash { tid2eid, tokens } => {
-                check(NAME, tokens.len() >= s.rows, || "tokens too short".into())?;
-                (0, ptr(tid2eid, stream), ptr(tokens, stream))
-            }
-            RouteBy::TopK { bias } => match bias {
-                Some(b) => {
-                    check(NAME, b.len() >= s.experts, || "bias too short".into())?;
-                    (ptr(b, stream), 0, 0)
-                }
-                None => (0, 0, 0),
-            },
-        };
-        let (ei, ki) = (int(NAME, "E", s.experts)?, int(NAME, "topk", s.topk)?);
-        let (lp, ip, wp) = (
-            ptr(logits, stream),
-            ptr_mut(ids, stream),
-            ptr_mut(wts, stream),
-        );
+        let a = route_args(stream, s, logits, by, ids, wts)?;
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, s.rows)?, 1, 1),
             block_dim: (32, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&lp).arg(&bias).arg(&table).arg(&tokens);
-        l.arg(&ei).arg(&ki).arg(&s.route_scale).arg(&ip).arg(&wp);
-        // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked above;
-        // tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
+        a.push(&mut l, &s.route_scale);
+        // SAFETY: moe_route(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts); lengths checked in
+        // route_args; tid2eid rows are read at token ids the caller keeps below vocab (the table's row count).
         unsafe { self.launch_k(stream, &self.kernels.runner.moe_route, cfg, &mut l) }?;
+        Ok(())
+    }
+
+    /// [`Self::launch_moe_route`] followed by [`Self::launch_moe_group`] of the ids into `meta`, in one
+    /// launch (the same bits). `meta` ([`moe_group_meta_len`] of rows*topk) must have been allocated zeroed:
+    /// its last element is the kernel's block counter, which every launch leaves at zero.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_moe_route_group<T: DevicePtr<i32>, B: DevicePtr<f32>>(
+        &self,
+        stream: &CudaStream,
+        s: &RouteShape,
+        logits: &impl DevicePtr<f32>,
+        by: RouteBy<'_, T, B>,
+        ids: &mut impl DevicePtrMut<i32>,
+        wts: &mut impl DevicePtrMut<f32>,
+        meta: &mut impl DevicePtrMut<i32>,
+    ) -> Result<()> {
+        let slots = s.rows * s.topk;
+        let need = moe_group_meta_len(slots);
+        check(NAME, meta.len() >= need, || {
+            format!("meta has {}, need {need}", meta.len())
+        })?;
+        let a = route_args(stream, s, logits, by, ids, wts)?;
+        let rows = int(NAME, "rows", s.rows)?;
+        let mp = ptr_mut(meta, stream);
+        // The counter: the meta buffer's last element for `slots` (moe_group_meta_len).
+        let cp = mp + 4 * (need as u64 - 1);
+        let cfg = LaunchConfig {
+            grid_dim: (grid(NAME, s.rows.div_ceil(ROUTE_GROUP_ROWS))?, 1, 1),
+            block_dim: (32 * ROUTE_GROUP_ROWS as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = Args::new();
+        a.push(&mut l, &s.route_scale);
+        l.arg(&rows).arg(&mp).arg(&cp);
+        // SAFETY: moe_route_group(logits, bias, tid2eid, tokens, E, topk, scale, ids, wts, rows, meta,
+        // counter); lengths checked (route_args, meta above); the counter lies inside meta.
+        unsafe { self.launch_k(stream, &self.kernels.runner.moe_route_group, cfg, &mut l) }?;
         Ok(())
     }
 

@@ -18,6 +18,8 @@ pub struct RunnerKernels {
     pub hc_finish: [CudaFunction; 2],
     pub hc_post: CudaFunction,
     pub moe_route: CudaFunction,
+    /// moe_route + moe_group in one launch (ops::moe_route).
+    pub moe_route_group: CudaFunction,
     pub moe_swiglu: CudaFunction,
     pub fake_quant_rows: CudaFunction,
     pub argmax_rows: CudaFunction,
@@ -65,6 +67,7 @@ impl RunnerKernels {
             hc_finish: [get("hc_finish24")?, get("hc_finish4")?],
             hc_post: get("hc_post")?,
             moe_route: get("moe_route")?,
+            moe_route_group: get("moe_route_group")?,
             moe_swiglu: get("moe_swiglu")?,
             fake_quant_rows: get("fake_quant_rows")?,
             argmax_rows: get("argmax_rows")?,

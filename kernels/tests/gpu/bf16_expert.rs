@@ -92,15 +92,54 @@ fn bf16_expert_matches_reference() {
         (64, 6, 256, 40, 520, true), // batch 64 x top-6 of 256, K not a multiple of the 256 a warp covers
         (20, 2, 8, 64, 32, true),    // the tiny golden model's w2 shape with groups of ~5 slots
     ];
-    for (i, (b, topk, experts, n, k, x_per_slot)) in cases.into_iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot,
-        };
-        run_case(&g, 500 + i as u64, shape);
+    for (i, c) in cases.into_iter().enumerate() {
+        run_case(&g, 500 + i as u64, expert_shape(c));
+    }
+}
+
+/// The paired launch (two matrices, grid z = 2) gives each matrix the same bits as its single launch.
+#[test]
+fn bf16_expert_pair_matches_single_launches() {
+    let Some(g) = gpu() else { return };
+    let cases = [
+        (1, 6, 32, 96, 4096, false),
+        (3, 6, 8, 50, 168, false),
+        (64, 6, 256, 40, 520, false),
+    ];
+    for (i, c) in cases.into_iter().enumerate() {
+        let shape = expert_shape(c);
+        let (b, topk, experts, n, k) = (c.0, c.1, c.2, c.3, c.4);
+        let mut r = rng(700 + i as u64);
+        let s = b * topk;
+        let ids = rand_ids(&mut r, b, topk, experts);
+        let x = upload(&g, &rand_bf16(&mut r, b * k));
+        let w = [
+            upload(&g, &rand_bf16(&mut r, experts * n * k)),
+            upload(&g, &rand_bf16(&mut r, experts * n * k)),
+        ];
+        let dids = upload(&g, &ids);
+        let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(s)]);
+        g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
+            .expect("moe_group");
+        let mut single = Vec::new();
+        for wm in &w {
+            let mut y = upload(&g, &vec![f32::NAN; s * n]);
+            let out = GemvOut::f32(&mut y, &g.stream);
+            g.launch_bf16_expert(&g.stream, &shape, &x, wm, &meta, out)
+                .expect("single");
+            single.push(download(&g, &y));
+        }
+        let mut ya = upload(&g, &vec![f32::NAN; s * n]);
+        let mut yb = upload(&g, &vec![f32::NAN; s * n]);
+        let mats = [
+            (&w[0], GemvOut::f32(&mut ya, &g.stream)),
+            (&w[1], GemvOut::f32(&mut yb, &g.stream)),
+        ];
+        g.launch_bf16_expert_pair(&g.stream, &shape, &x, mats, &meta)
+            .expect("pair");
+        for (m, y) in [ya, yb].iter().enumerate() {
+            let what = format!("{shape:?} matrix {m}: pair vs single launch");
+            assert_same_bits(&download(&g, y), &single[m], &what);
+        }
     }
 }

@@ -97,3 +97,27 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     let den: f64 = want.iter().map(|b| f64::from(*b).powi(2)).sum();
     (num / den.max(1e-300)).sqrt()
 }
+
+/// Asserts that `got` is finite and has exactly the bits of `want`.
+pub fn assert_same_bits(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (a, b)) in got.iter().zip(want).enumerate() {
+        assert!(
+            a.is_finite() && a.to_bits() == b.to_bits(),
+            "{what}: element {i} is {a}, want {b}"
+        );
+    }
+}
+
+/// An expert GEMV shape from the (b, topk, experts, n, k, x_per_slot) tuples of the test tables.
+pub fn expert_shape(c: (usize, usize, usize, usize, usize, bool)) -> dsv4_kernels::ExpertShape {
+    let (b, topk, experts, n, k, x_per_slot) = c;
+    dsv4_kernels::ExpertShape {
+        b,
+        topk,
+        experts,
+        n,
+        k,
+        x_per_slot,
+    }
+}

@@ -1,5 +1,5 @@
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Tune, GemvOut};
+use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Mat, Fp4Tune, GemvOut};
 use rand::Rng;
 
 use crate::common::*;
@@ -44,6 +44,24 @@ fn group_ref(ids: &[i32], experts: usize) -> Vec<i32> {
     meta
 }
 
+/// Checks the filled parts of a grouping `gm` of `ids` (moe_group's layout) against the CPU grouping;
+/// returns the group count.
+pub fn assert_grouping(gm: &[i32], ids: &[i32], experts: usize, what: &str) -> usize {
+    let s = ids.len();
+    let wm = group_ref(ids, experts);
+    let ng = wm[0] as usize;
+    let used = 2 + 2 * s + wm[1 + s + ng] as usize;
+    assert_eq!(gm[0], wm[0], "{what}: group count");
+    assert_eq!(gm[1..1 + ng], wm[1..1 + ng], "{what}: group experts");
+    assert_eq!(
+        gm[1 + s..2 + s + ng],
+        wm[1 + s..2 + s + ng],
+        "{what}: group starts"
+    );
+    assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "{what}: slots");
+    ng
+}
+
 /// Checks moe_group, then fp4_expert with the default tuning (None) and each tuning in `tunes`.
 fn run_case(
     g: &dsv4_kernels::GpuContext,
@@ -69,14 +87,7 @@ fn run_case(
     let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
     g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
         .expect("moe_group");
-    let gm = download(g, &meta);
-    let wm = group_ref(&ids, e);
-    let used = 2 + 2 * s + wm[1 + s + wm[0] as usize] as usize; // compare the filled part only
-    assert_eq!(gm[0], wm[0], "group count");
-    let ng = wm[0] as usize;
-    assert_eq!(gm[1..1 + ng], wm[1..1 + ng], "group experts");
-    assert_eq!(gm[1 + s..2 + s + ng], wm[1 + s..2 + s + ng], "group starts");
-    assert_eq!(gm[2 + 2 * s..used], wm[2 + 2 * s..used], "slots");
+    let ng = assert_grouping(&download(g, &meta), &ids, e, "moe_group");
 
     let absum: Vec<f32> = (0..s * n)
         .map(|i| {
@@ -166,16 +177,8 @@ fn run_cases(
     cases: &[(usize, usize, usize, usize, usize, bool)],
     tunes: &[Option<Fp4Tune>],
 ) {
-    for (i, &(b, topk, experts, n, k, x_per_slot)) in cases.iter().enumerate() {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts,
-            n,
-            k,
-            x_per_slot,
-        };
-        run_case(g, seed0 + i as u64, shape, tunes);
+    for (i, &c) in cases.iter().enumerate() {
+        run_case(g, seed0 + i as u64, expert_shape(c), tunes);
     }
 }
 
@@ -201,4 +204,67 @@ fn fp4_expert_small_batches_every_variant() {
         (9, 1, 1, 40, 256, false),
     ];
     run_cases(&g, 500, &cases, &every_tune());
+}
+
+/// The paired launch (w1 and w3 over the same x and grouping, grid z = 2) gives each matrix the same bits as
+/// its single launch, for every tuning, on shapes with partial row tiles, K % 128 != 0 and multi-pass groups.
+/// (The single launches are checked against the CPU reference above.)
+#[test]
+fn fp4_expert_pair_matches_single_launches() {
+    let Some(g) = gpu() else { return };
+    let cases = [
+        (1, 6, 8, 77, 1056, false),
+        (3, 6, 8, 150, 160, false),
+        (9, 1, 1, 40, 256, false),
+        (64, 6, 256, 40, 512, false),
+    ];
+    for (i, &c) in cases.iter().enumerate() {
+        let shape = expert_shape(c);
+        let (b, topk, experts, n, k) = (c.0, c.1, c.2, c.3, c.4);
+        let mut r = rng(600 + i as u64);
+        let s = b * topk;
+        let ids = rand_ids(&mut r, b, topk, experts);
+        let x = upload(&g, &rand_bf16(&mut r, b * k));
+        let w: Vec<_> = (0..2)
+            .map(|_| upload(&g, &rand_bytes(&mut r, experts * n * k / 2)))
+            .collect();
+        let sc: Vec<_> = (0..2)
+            .map(|_| upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128)))
+            .collect();
+        let dids = upload(&g, &ids);
+        let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(s)]);
+        g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
+            .expect("moe_group");
+        for tune in every_tune() {
+            let t = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
+            let mut single = Vec::new();
+            for m in 0..2 {
+                let mut y = upload(&g, &vec![f32::NAN; s * n]);
+                let out = GemvOut::f32(&mut y, &g.stream);
+                g.launch_fp4_expert_tuned(&g.stream, &shape, &x, &w[m], &sc[m], &meta, out, t)
+                    .expect("single");
+                single.push(download(&g, &y));
+            }
+            let mut ya = upload(&g, &vec![f32::NAN; s * n]);
+            let mut yb = upload(&g, &vec![f32::NAN; s * n]);
+            let mats = [
+                Fp4Mat {
+                    w: &w[0],
+                    scale: &sc[0],
+                    out: GemvOut::f32(&mut ya, &g.stream),
+                },
+                Fp4Mat {
+                    w: &w[1],
+                    scale: &sc[1],
+                    out: GemvOut::f32(&mut yb, &g.stream),
+                },
+            ];
+            g.launch_fp4_expert_pair(&g.stream, &shape, &x, mats, &meta, Some(t))
+                .expect("pair");
+            for (m, y) in [ya, yb].iter().enumerate() {
+                let what = format!("{shape:?} {t:?} matrix {m}: pair vs single launch");
+                assert_same_bits(&download(&g, y), &single[m], &what);
+            }
+        }
+    }
 }

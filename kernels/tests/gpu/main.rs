@@ -5,6 +5,7 @@ mod common;
 mod expert;
 mod gemv;
 mod mhc;
+mod moe_route;
 mod norm_quant;
 mod prefill_attn;
 mod prefill_gemm;

@@ -1,12 +1,28 @@
-//! Steps with prefill chunks: every item's tokens go through the batched prefill in calls of at most
-//! [`PREFILL_TOKENS`](super::PREFILL_TOKENS) rows (a longer chunk spans several calls, its sequence's state
-//! carrying over), decode items riding along as one-token chunks.
+//! Steps with prefill chunks: the one-GPU runner's batched prefill behind the shared feeding loop
+//! ([`feed_chunks`]: calls of at most [`PREFILL_TOKENS`](super::PREFILL_TOKENS) rows, decode items riding
+//! along as one-token chunks).
 
-use super::GpuBackend;
+use super::{GpuBackend, OneGpuSteps};
 use crate::backend::{BackendError, SeqId, Work};
+use crate::gpu::prefill::feed::{feed_chunks, ChunkRunner};
 use crate::gpu::prefill::PrefillSeg;
 use crate::gpu::seqs::dev;
+use crate::gpu::RunnerError;
 use crate::sampler::Draw;
+
+impl ChunkRunner for OneGpuSteps<'_> {
+    fn max_tokens(&self) -> usize {
+        self.prefill.as_ref().map_or(0, |ws| ws.max_tokens)
+    }
+
+    fn prefill(&mut self, segs: &[PrefillSeg<'_>]) -> Result<(), RunnerError> {
+        let ws = self
+            .prefill
+            .as_deref_mut()
+            .ok_or_else(|| RunnerError::Unsupported("no prefill workspace".into()))?;
+        self.model.prefill(ws, segs)
+    }
+}
 
 impl GpuBackend {
     /// Feeds `work` (checked by the caller) through the batched prefill; returns the token each item's
@@ -18,55 +34,16 @@ impl GpuBackend {
         draws: Option<&[Draw]>,
         logits: bool,
     ) -> Result<Vec<(u32, Vec<f32>)>, BackendError> {
-        let Some(ws) = self.prefill.as_mut() else {
-            return Err(dev("no prefill workspace"));
+        let mut steps = OneGpuSteps {
+            model: &mut self.model,
+            graphs: &self.graphs,
+            sampler: &mut self.sampler,
+            prefill: self.prefill.as_mut(),
         };
-        let cap = ws.max_tokens;
-        let mut fed = vec![0usize; work.len()];
-        let mut out = vec![(0u32, Vec::new()); work.len()];
-        while fed.iter().zip(work).any(|(&f, w)| f < w.tokens.len()) {
-            let (mut segs, mut items, mut used) = (Vec::new(), Vec::new(), 0usize);
-            for (i, w) in work.iter().enumerate() {
-                let left = w.tokens.len() - fed[i];
-                if left == 0 || used == cap {
-                    continue;
-                }
-                let n = left.min(cap - used);
-                let seq = self.table.get(w.seq)?;
-                segs.push(PrefillSeg {
-                    slot: seq.slot,
-                    pos: seq.pos + fed[i],
-                    tokens: &w.tokens[fed[i]..fed[i] + n],
-                });
-                items.push(i);
-                used += n;
-            }
-            self.model.prefill(ws, &segs).map_err(dev)?;
-            let row_draws: Vec<Draw> = items
-                .iter()
-                .zip(&segs)
-                .map(|(&i, seg)| match draws {
-                    Some(d) if fed[i] + seg.tokens.len() == work[i].tokens.len() => d[i],
-                    _ => Draw::GREEDY,
-                })
-                .collect();
-            let vocab = self.model.cfg.vocab_size;
-            let m = &mut self.model;
-            self.sampler
-                .pick(&m.ctx, &mut m.ws, vocab, &row_draws)
-                .map_err(dev)?;
-            let next = self.model.read_next(segs.len()).map_err(dev)?;
-            for (row, (&i, seg)) in items.iter().zip(&segs).enumerate() {
-                fed[i] += seg.tokens.len();
-                if fed[i] == work[i].tokens.len() {
-                    out[i].0 = next[row] as u32;
-                    if logits {
-                        out[i].1 = self.model.read_logits(row).map_err(dev)?;
-                    }
-                }
-            }
+        if steps.prefill.is_none() {
+            return Err(dev("no prefill workspace"));
         }
-        Ok(out)
+        feed_chunks(&mut steps, &self.table, work, draws, logits)
     }
 
     /// Prefills `tokens` into `seq` in ONE call and returns the logits of every token (`[tokens][vocab]`),

@@ -1,6 +1,7 @@
 //! [`MultiGpuBackend`]: the split model behind the engine's [`Backend`] interface, the sibling of the
 //! one-GPU [`crate::gpu::GpuBackend`] (which stays the path for one GPU). Sequences map to state slots
-//! that exist on every rank; snapshots save every rank's layers of a slot.
+//! that exist on every rank; snapshots save every rank's layers of a slot. Chunks longer than one token
+//! go through the split's batched prefill (multi/prefill.rs, prefill_tp.rs), as on one GPU.
 
 use super::collective::{GpuCollective, NcclComms, OnDeviceSum};
 use super::graph::MultiGraphs;
@@ -12,6 +13,9 @@ use crate::api::{GpuStatus, SplitMode};
 use crate::backend::{Backend, BackendError, SeqId, SnapshotId, Work};
 use crate::gpu::attention::AttnSnapshot;
 use crate::gpu::backend::gpu_status_of;
+use crate::gpu::backend::PREFILL_TOKENS;
+use crate::gpu::prefill::feed::{feed_chunks, ChunkRunner};
+use crate::gpu::prefill::{self, PrefillSeg};
 use crate::gpu::sampling::DeviceSampler;
 use crate::gpu::seqs::{
     check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner,
@@ -45,7 +49,7 @@ pub struct MultiGpuBackend {
     table: SeqTable<Vec<Vec<AttnSnapshot>>>,
 }
 
-/// The split runner's decode step, for [`feed_steps`].
+/// The split runner's decode step and batched prefill, for [`feed_steps`] and [`feed_chunks`].
 struct SplitSteps<'a> {
     model: &'a mut MultiModel,
     graphs: &'a MultiGraphs,
@@ -69,6 +73,16 @@ impl StepRunner for SplitSteps<'_> {
 
     fn read_logits(&self, row: usize) -> Result<Vec<f32>, RunnerError> {
         self.model.read_logits(row)
+    }
+}
+
+impl ChunkRunner for SplitSteps<'_> {
+    fn max_tokens(&self) -> usize {
+        self.model.prefill_tokens()
+    }
+
+    fn prefill(&mut self, segs: &[PrefillSeg<'_>]) -> Result<(), RunnerError> {
+        self.model.prefill(segs)
     }
 }
 
@@ -126,6 +140,12 @@ impl MultiGpuBackend {
         let seqs = opts.max_seqs.clamp(1, MAX_ROWS);
         let limit = opts.max_context.min(plan.cfg.max_position_embeddings);
         let mut model = build_model(plan, gpus, weights, opts, seqs, limit)?;
+        // As on one GPU: the batched prefill reads FP8 linears and FP4 experts (BF16 checkpoints prefill
+        // as decode steps), and runs where its kernels fit the model.
+        let quantized = crate::gpu::weights::check_quantized(&model.cfg).is_ok();
+        if quantized && prefill::supported(&model.ranks[0].gpu, &model.cfg) {
+            model.enable_prefill(PREFILL_TOKENS);
+        }
         let graphs = if opts.cuda_graphs {
             MultiGraphs::capture(&mut model, &opts.graph_buckets)?
         } else {
@@ -147,7 +167,8 @@ impl MultiGpuBackend {
         &self.model
     }
 
-    /// Feeds every item's tokens, one token per item per step; after each item's last token records
+    /// Feeds every item's tokens: through the batched prefill when a chunk is longer than one token (and
+    /// its workspaces fit), otherwise one token per item per step; after each item's last token records
     /// the token its draw picks (greedy without `draws`) and, with `logits`, its logits.
     fn feed(
         &mut self,
@@ -161,7 +182,12 @@ impl MultiGpuBackend {
             graphs: &self.graphs,
             sampler: &mut self.sampler,
         };
-        let out = feed_steps(&mut steps, &self.table, work, draws, logits)?;
+        let chunks = steps.model.prefill_tokens() > 0 && work.iter().any(|w| w.tokens.len() > 1);
+        let out = if chunks {
+            feed_chunks(&mut steps, &self.table, work, draws, logits)?
+        } else {
+            feed_steps(&mut steps, &self.table, work, draws, logits)?
+        };
         self.table.advance(work);
         Ok(out)
     }

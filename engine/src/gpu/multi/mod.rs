@@ -15,6 +15,9 @@
 //! - **Layer mode**: consecutive layers per rank (balanced by bytes, as the CPU plan), the residual
 //!   streams `[rows, 4, hidden]` bf16 handed on after each rank's layers; exact (bit-identical to one
 //!   GPU).
+//! - **Prefill**: prompts go through the batched prefill in chunks as on one GPU: in the layer split each
+//!   rank runs the one-GPU per-block prefill over its layers (prefill.rs), in the tensor split each rank
+//!   runs its share of every layer between all-reduces over the call's rows (prefill_tp.rs).
 //! - **Collectives** ([`collective::GpuCollective`]): NCCL with one communicator per GPU made in this
 //!   process, calls grouped so one thread drives all GPUs; or, for ranks simulated on one GPU, an
 //!   on-device summing kernel and a device copy. Both are enqueued like kernels, so every GPU's decode
@@ -28,6 +31,8 @@ pub mod collective;
 pub mod graph;
 pub mod load;
 pub mod model;
+mod prefill;
+mod prefill_tp;
 pub mod rank;
 pub mod stage;
 pub mod store;

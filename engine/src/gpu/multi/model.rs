@@ -11,7 +11,8 @@
 use super::collective::GpuCollective;
 use super::rank::Rank;
 use crate::api::Numerics;
-use crate::gpu::{RunnerError, StepInput};
+use crate::gpu::prefill::tp::TpPrefillWs;
+use crate::gpu::{PrefillWs, RunnerError, StepInput};
 use crate::model::ModelConfig;
 use crate::parallel::plan::{SplitMode, SplitPlan};
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaSlice};
@@ -43,6 +44,10 @@ pub struct MultiModel {
     pub comm: Box<dyn GpuCollective>,
     pub seq_slots: usize,
     pub max_rows: usize,
+    /// One batched-prefill workspace per rank (empty: prompts run as decode steps; see prefill.rs).
+    pub prefill: Vec<PrefillWs>,
+    /// Tensor split: each rank's buffers of the split prefill parts (empty otherwise).
+    pub prefill_tp: Vec<TpPrefillWs>,
     /// Host staging for the padded step inputs (reused: no per-step allocation).
     staging: [Vec<i32>; 3],
 }
@@ -72,6 +77,8 @@ impl MultiModel {
             comm,
             seq_slots,
             max_rows,
+            prefill: Vec::new(),
+            prefill_tp: Vec::new(),
             staging: [vec![0; max_rows], vec![0; max_rows], vec![0; max_rows]],
         })
     }

@@ -52,6 +52,19 @@ pub(super) fn attention(
     ws: &mut PrefillWs,
     hook: PrefillHook<'_>,
 ) -> Result<(), RunnerError> {
+    heads(c, layer, state, ws, hook)?;
+    output(c, layer, ws)?;
+    hook("attn.out")
+}
+
+/// Every stage up to the heads' output `ws.attn.o` (group-major), updating `state`.
+pub(super) fn heads(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    state: &mut AttnState,
+    ws: &mut PrefillWs,
+    hook: PrefillHook<'_>,
+) -> Result<(), RunnerError> {
     project(c, layer, ws)?;
     hook("attn.proj")?;
     let proj = dptr(&ws.attn.proj, c.s);
@@ -66,9 +79,7 @@ pub(super) fn attention(
     hook("attn.indexer")?;
     attend(c, layer, state, ws)?;
     ring_write(c, layer, state, ws)?;
-    hook("attn.core")?;
-    output(c, layer, ws)?;
-    hook("attn.out")
+    hook("attn.core")
 }
 
 /// q (normed per head, roped), this call's window rows, the stacked bf16 projections.
@@ -376,35 +387,18 @@ fn ring_write(
 
 /// wo_a per group (group-major input, no activation quant), regroup (+ FP8 act quant), wo_b.
 fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), RunnerError> {
-    let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
-    let g_in = cfg.num_attention_heads * cfg.head_dim / cfg.o_groups;
-    let lora = cfg.o_lora_rank;
+    let (s, groups) = (c.s, layer.cfg.o_groups);
+    let slots: Vec<usize> = (0..groups).collect();
+    let lat = dptr_mut(&mut ws.attn.u_f32, s);
+    wo_a(c, layer, ws, lat, &slots)?;
     let b = &mut ws.attn;
-    let (o, u) = (dptr(&b.o, s), dptr_mut(&mut b.u_f32, s));
-    let jobs: Vec<Job> = layer
-        .wo_a
-        .iter()
-        .enumerate()
-        .map(|(g, w)| {
-            let x = o + (2 * g * rows * g_in) as u64;
-            Job::new(s, x, &w.w, &w.scale, u + (4 * g * rows * lora) as u64, w.n)
-        })
-        .collect();
-    for chunk in jobs.chunks(dsv4_kernels::prefill::PF_GROUPS) {
-        gemm::dense(c.ctx, s, PfWeights::Fp8, rows, g_in, false, chunk)?;
-    }
-    let p = AttnRowPrep {
-        x: dptr(&b.u_f32, s),
-        out: dptr_mut(&mut b.u, s),
-        x_f32: 1,
-        groups: cfg.o_groups as i32,
-        rows: rows as i32,
-        width: lora as i32,
-        quant_blk: if c.official { ACT_BLOCK } else { 0 },
-        ..Default::default()
-    };
-    // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
-    unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
+    regroup(
+        c,
+        &layer.cfg,
+        dptr(&b.u_f32, s),
+        groups,
+        dptr_mut(&mut b.u, s),
+    )?;
     let job = Job::new(
         s,
         dptr(&b.u, s),
@@ -413,5 +407,80 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
         dptr_mut(&mut ws.attn_out, s),
         layer.wo_b.n,
     );
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, layer.wo_b.k, true, &[job])
+    gemm::dense(
+        c.ctx,
+        s,
+        PfWeights::Fp8,
+        c.plan.rows,
+        layer.wo_b.k,
+        true,
+        &[job],
+    )
+}
+
+/// `wo_a` of every group of the heads' output `ws.attn.o` into the f32 latents at `lat`
+/// (`[slots, rows, o_lora_rank]`, group i at slot `slots[i]`).
+pub(super) fn wo_a(
+    c: &Call<'_>,
+    layer: &AttnLayer,
+    ws: &PrefillWs,
+    lat: u64,
+    slots: &[usize],
+) -> Result<(), RunnerError> {
+    let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
+    let g_in = cfg.num_attention_heads * cfg.head_dim / cfg.o_groups;
+    let lora = cfg.o_lora_rank;
+    if slots.len() != layer.wo_a.len() {
+        return Err(RunnerError::Unsupported(format!(
+            "{} latent slots for {} wo_a groups",
+            slots.len(),
+            layer.wo_a.len()
+        )));
+    }
+    let o = dptr(&ws.attn.o, s);
+    let jobs: Vec<Job> = layer
+        .wo_a
+        .iter()
+        .zip(slots)
+        .enumerate()
+        .map(|(g, (w, &slot))| {
+            let x = o + (2 * g * rows * g_in) as u64;
+            Job::new(
+                s,
+                x,
+                &w.w,
+                &w.scale,
+                lat + (4 * slot * rows * lora) as u64,
+                w.n,
+            )
+        })
+        .collect();
+    for chunk in jobs.chunks(dsv4_kernels::prefill::PF_GROUPS) {
+        gemm::dense(c.ctx, s, PfWeights::Fp8, rows, g_in, false, chunk)?;
+    }
+    Ok(())
+}
+
+/// The f32 latents at `lat` (`[groups, rows, o_lora_rank]`) as bf16 rows `[rows, groups·o_lora_rank]` at
+/// `out`, FP8 activation-quantised in official numerics (the input of `wo_b`).
+pub(super) fn regroup(
+    c: &Call<'_>,
+    cfg: &crate::model::ModelConfig,
+    lat: u64,
+    groups: usize,
+    out: u64,
+) -> Result<(), RunnerError> {
+    let p = AttnRowPrep {
+        x: lat,
+        out,
+        x_f32: 1,
+        groups: groups as i32,
+        rows: c.plan.rows as i32,
+        width: cfg.o_lora_rank as i32,
+        quant_blk: if c.official { ACT_BLOCK } else { 0 },
+        ..Default::default()
+    };
+    // SAFETY: the callers pass lat holding groups x rows x lora f32 and out rows x groups*lora bf16.
+    unsafe { c.ctx.launch_attn_row_prep(c.s, &p) }?;
+    Ok(())
 }

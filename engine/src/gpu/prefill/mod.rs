@@ -9,15 +9,19 @@
 //! two copies. Buffers are allocated once for `max_tokens` rows ([`PrefillWs`]).
 
 mod attn;
+pub(crate) mod feed;
 mod gemm;
 mod moe;
 mod plan;
+pub(crate) mod tp;
 mod ws;
 
+pub(crate) use plan::Plan;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
 use super::model::{hc_head, hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer, Post};
+use super::weights::BlockDev;
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
@@ -25,7 +29,6 @@ use attn::Call;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::PfWeights;
 use dsv4_kernels::{bf16, GpuContext, HC_STREAMS};
-use plan::Plan;
 
 /// One sequence's part of a prefill call: `tokens` fed from position `pos` into state slot `slot`.
 #[derive(Debug, Clone, Copy)]
@@ -116,12 +119,7 @@ impl GpuModel {
             });
         }
         let plan = self.prefill_blocks(ws, segs, hook)?;
-        let s = self.ctx.stream.clone();
-        let width = HC_STREAMS * self.cfg.hidden_size;
-        for (j, &r) in plan.last_rows.iter().enumerate() {
-            let src = ws.x.slice(r * width..(r + 1) * width);
-            s.memcpy_dtod(&src, &mut self.ws.x.slice_mut(j * width..(j + 1) * width))?;
-        }
+        last_rows_to(&self.ctx, &self.cfg, &plan, ws, &mut self.ws.x)?;
         self.head_rows(segs.len())?;
         hook("head")
     }
@@ -158,39 +156,108 @@ impl GpuModel {
         hook: PrefillHook<'_>,
     ) -> Result<Plan, RunnerError> {
         let max_context = self.states.first().map_or(0, |st| st.max_context);
-        let s = self.ctx.stream.clone();
-        let plan = Plan::build(&s, &self.cfg, ws, segs, max_context)?;
         let (ctx, cfg, w) = (&self.ctx, &self.cfg, &self.weights);
-        let (rows, d, k) = (plan.rows, cfg.hidden_size, cfg.num_experts_per_tok);
-        ctx.launch_embed_streams(&s, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
+        let plan = plan_call(ctx, cfg, ws, segs, max_context)?;
+        embed(ctx, cfg, &plan, ws, &w.embed)?;
         hook("embed")?;
-        let official = self.numerics == Numerics::Official;
-        let c = Call {
-            ctx,
-            s: &s,
-            plan: &plan,
-            official,
+        let blocks = Blocks {
+            blocks: &w.blocks,
+            states: &mut self.states,
+            numerics: self.numerics,
         };
-        // HCPost as its own launch here (the prefill workspace has no scratch streams to fuse it into the
-        // next HCPre; one launch is negligible next to the 8K-row work).
-        let attn = Mixer::Attn { quant: false };
-        let ffn = Mixer::Ffn { quant: official };
-        for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            let none = Post::None;
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, none)?;
-            hook("hc_pre.attn")?;
-            attn::attention(&c, &blk.attn, state, ws, hook)?;
-            ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
-            hook("hc_post.attn")?;
-            hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, none)?;
-            hook("hc_pre.ffn")?;
-            moe::forward(&c, cfg, &blk.moe, ws, hook)?;
-            let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
-            ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
-            hook("hc_post.ffn")?;
-        }
+        run_blocks(ctx, cfg, &plan, blocks, ws, hook)?;
         Ok(plan)
     }
+}
+
+/// Lays the segments out as the call's rows on `ws` (uploads the per-row arrays) for states of
+/// `max_context` tokens.
+pub(crate) fn plan_call(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    ws: &mut PrefillWs,
+    segs: &[PrefillSeg<'_>],
+    max_context: usize,
+) -> Result<Plan, RunnerError> {
+    Plan::build(&ctx.stream, cfg, ws, segs, max_context)
+}
+
+/// The residual streams of the call's rows from the embedding table (a runner holding it).
+pub(crate) fn embed(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    plan: &Plan,
+    ws: &mut PrefillWs,
+    table: &CudaSlice<bf16>,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    ctx.launch_embed_streams(s, plan.rows, cfg.hidden_size, &ws.tokens, table, &mut ws.x)?;
+    Ok(())
+}
+
+/// Consecutive blocks of the model and their attention states (the whole model on one GPU, a rank's
+/// layers in the layer split).
+pub(crate) struct Blocks<'a> {
+    pub blocks: &'a [BlockDev],
+    pub states: &'a mut [AttnState],
+    pub numerics: Numerics,
+}
+
+/// Every block of `b` over the call's rows of the residual streams `ws.x`, in place: the per-block prefill
+/// of both runners.
+pub(crate) fn run_blocks(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    plan: &Plan,
+    b: Blocks<'_>,
+    ws: &mut PrefillWs,
+    hook: PrefillHook<'_>,
+) -> Result<(), RunnerError> {
+    let s = ctx.stream.clone();
+    let (rows, d, k) = (plan.rows, cfg.hidden_size, cfg.num_experts_per_tok);
+    let official = b.numerics == Numerics::Official;
+    let c = Call {
+        ctx,
+        s: &s,
+        plan,
+        official,
+    };
+    // HCPost as its own launch here (the prefill workspace has no scratch streams to fuse it into the
+    // next HCPre; one launch is negligible next to the 8K-row work).
+    let (attn, ffn) = (Mixer::Attn { quant: false }, Mixer::Ffn { quant: official });
+    for (blk, state) in b.blocks.iter().zip(b.states.iter_mut()) {
+        let none = Post::None;
+        hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, none)?;
+        hook("hc_pre.attn")?;
+        attn::attention(&c, &blk.attn, state, ws, hook)?;
+        ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
+        hook("hc_post.attn")?;
+        hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, none)?;
+        hook("hc_pre.ffn")?;
+        moe::forward(&c, cfg, &blk.moe, ws, hook)?;
+        let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
+        ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
+        hook("hc_post.ffn")?;
+    }
+    Ok(())
+}
+
+/// Copies each segment's last row of residual streams into rows 0..segs of `x` (a decode workspace's
+/// streams, where the head reads them).
+pub(crate) fn last_rows_to(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    plan: &Plan,
+    ws: &PrefillWs,
+    x: &mut CudaSlice<bf16>,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    let width = HC_STREAMS * cfg.hidden_size;
+    for (j, &r) in plan.last_rows.iter().enumerate() {
+        let src = ws.x.slice(r * width..(r + 1) * width);
+        s.memcpy_dtod(&src, &mut x.slice_mut(j * width..(j + 1) * width))?;
+    }
+    Ok(())
 }
 
 impl HcWorkspace for PrefillWs {

@@ -7,7 +7,7 @@ use super::gemm::{self, ExpertTiles, Job};
 use super::ws::{PrefillWs, EXPERT_MIN_BM};
 use super::PrefillHook;
 use crate::gpu::attention::{dptr, dptr_mut};
-use crate::gpu::weights::MoeDev;
+use crate::gpu::weights::{ExpertBank, MoeDev};
 use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
@@ -31,11 +31,28 @@ pub(super) fn forward(
     ws: &mut PrefillWs,
     hook: PrefillHook<'_>,
 ) -> Result<(), RunnerError> {
+    route(c, cfg, w, ws)?;
+    let e = cfg.n_routed_experts;
+    let ids = dptr(&ws.moe.ids, c.s);
+    let bm = group(c, cfg, ws, ids, e)?;
+    hook("moe.route")?;
+    routed(c, cfg, &w.bank, ws, bm, e)?;
+    hook("moe.routed")?;
+    shared(c, w, cfg.swiglu_limit, ws)?;
+    hook("moe.shared")
+}
+
+/// Gate GEMM and the decode routing kernel: expert ids and weights per slot (row·topk + k).
+pub(super) fn route(
+    c: &Call<'_>,
+    cfg: &ModelConfig,
+    w: &MoeDev,
+    ws: &mut PrefillWs,
+) -> Result<(), RunnerError> {
     let (s, rows) = (c.s, c.plan.rows);
-    let (e, d, i, k) = (
+    let (e, d, k) = (
         cfg.n_routed_experts,
         cfg.hidden_size,
-        cfg.moe_intermediate_size,
         cfg.num_experts_per_tok,
     );
     let m = &mut ws.moe;
@@ -58,38 +75,76 @@ pub(super) fn forward(
     };
     c.ctx
         .launch_moe_route(s, &shape, &m.gate, by, &mut m.ids, &mut m.wts)?;
-    let slots = rows * k;
-    let bm = expert_bm(slots, e);
+    Ok(())
+}
+
+/// Groups the slots by the ids at `ids` (`experts` experts; negative ids are left out) into row tiles;
+/// returns the tile rows.
+pub(super) fn group(
+    c: &Call<'_>,
+    cfg: &ModelConfig,
+    ws: &mut PrefillWs,
+    ids: u64,
+    experts: usize,
+) -> Result<usize, RunnerError> {
+    let s = c.s;
+    let slots = c.plan.rows * cfg.num_experts_per_tok;
+    let bm = expert_bm(slots, experts);
+    let m = &mut ws.moe;
     let gp = PfGroup {
-        ids: dptr(&m.ids, s),
+        ids,
         order: dptr_mut(&mut m.order, s),
         tiles: dptr_mut(&mut m.tiles, s),
         slots: slots as i32,
-        experts: e as i32,
+        experts: experts as i32,
         bm: bm as i32,
         pad: 0,
     };
-    // SAFETY: ids holds `slots` ids < E (moe_route), order `slots` ints, tiles was sized for the smallest
-    // tile (the most tiles) at the workspace's rows.
+    // SAFETY: ids holds `slots` ids < experts (moe_route, or moe_localize's local ids and -1), order `slots`
+    // ints, tiles was sized for the smallest tile (the most tiles) at the workspace's rows and all experts.
     unsafe { c.ctx.launch_pf_moe_group(s, &gp) }?;
-    hook("moe.route")?;
+    Ok(bm)
+}
+
+/// The sub-block input the expert GEMMs read: official numerics the FP8 fake-quantised `aq` (written by the
+/// ffn HCPre), else `a`.
+fn input(c: &Call<'_>, ws: &PrefillWs) -> u64 {
+    if c.official {
+        dptr(&ws.aq, c.s)
+    } else {
+        dptr(&ws.a, c.s)
+    }
+}
+
+/// The grouped slots through the experts of `bank` (`experts` of them, tiles of `bm` rows): per-slot
+/// outputs `ws.moe.y_routed`, weighted (slots outside the tiles are not written).
+pub(super) fn routed(
+    c: &Call<'_>,
+    cfg: &ModelConfig,
+    bank: &ExpertBank,
+    ws: &mut PrefillWs,
+    bm: usize,
+    experts: usize,
+) -> Result<(), RunnerError> {
+    let (s, rows) = (c.s, c.plan.rows);
+    let (d, i, k) = (
+        cfg.hidden_size,
+        cfg.moe_intermediate_size,
+        cfg.num_experts_per_tok,
+    );
+    let slots = rows * k;
+    let x = input(c, ws);
+    let m = &mut ws.moe;
     let tiles = ExpertTiles {
         tiles: dptr(&m.tiles, s),
         order: dptr(&m.order, s),
         bm,
-        max_tiles: pf_max_tiles(slots, e, bm),
+        max_tiles: pf_max_tiles(slots, experts, bm),
         topk: k,
     };
-    // Official numerics: aq (the FP8 fake-quantised input) was written by the ffn HCPre.
-    let x = if c.official {
-        dptr(&ws.aq, s)
-    } else {
-        dptr(&ws.a, s)
-    };
-    let b = &*w.bank;
     let up = [
-        Job::new(s, x, &b.w1, &b.s1, dptr_mut(&mut m.g, s), i),
-        Job::new(s, x, &b.w3, &b.s3, dptr_mut(&mut m.u, s), i),
+        Job::new(s, x, &bank.w1, &bank.s1, dptr_mut(&mut m.g, s), i),
+        Job::new(s, x, &bank.w3, &bank.s3, dptr_mut(&mut m.u, s), i),
     ];
     gemm::experts(c.ctx, s, &tiles, d, false, &up)?;
     let lim = cfg.swiglu_limit;
@@ -107,37 +162,44 @@ pub(super) fn forward(
     let down = Job::new(
         s,
         dptr(&m.h, s),
-        &b.w2,
-        &b.s2,
+        &bank.w2,
+        &bank.s2,
         dptr_mut(&mut m.y_routed, s),
         d,
     );
-    gemm::experts(c.ctx, s, &tiles, i, true, &[down])?;
-    hook("moe.routed")?;
-    shared(c, cfg, w, ws, x)?;
-    hook("moe.shared")
+    gemm::experts(c.ctx, s, &tiles, i, true, &[down])
 }
 
-fn shared(
+/// The shared expert (its rows held here: all of them on one GPU, a share on a tensor-split rank) into
+/// `ws.moe.y_shared`.
+pub(super) fn shared(
     c: &Call<'_>,
-    cfg: &ModelConfig,
     w: &MoeDev,
+    swiglu_limit: f32,
     ws: &mut PrefillWs,
-    x: u64,
 ) -> Result<(), RunnerError> {
     let (s, rows) = (c.s, c.plan.rows);
-    let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+    let x = input(c, ws);
     let m = &mut ws.moe;
     let [w1, w3, w2] = &w.shared;
     let up = [
         Job::new(s, x, &w1.w, &w1.scale, dptr_mut(&mut m.sg, s), w1.out),
         Job::new(s, x, &w3.w, &w3.scale, dptr_mut(&mut m.su, s), w3.out),
     ];
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &up)?;
+    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w1.inp, false, &up)?;
     let none: Option<&CudaSlice<f32>> = None;
-    let lim = cfg.swiglu_limit;
-    c.ctx
-        .launch_moe_swiglu(s, rows, i, lim, c.official, &m.sg, &m.su, none, &mut m.sh)?;
+    let i = w1.out;
+    c.ctx.launch_moe_swiglu(
+        s,
+        rows,
+        i,
+        swiglu_limit,
+        c.official,
+        &m.sg,
+        &m.su,
+        none,
+        &mut m.sh,
+    )?;
     let down = Job::new(
         s,
         dptr(&m.sh, s),

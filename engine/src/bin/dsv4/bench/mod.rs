@@ -48,12 +48,26 @@ pub struct BenchArgs {
     /// Split modes to run with --gpus, in turn.
     #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
     split: Vec<SplitMode>,
-    /// Prompt lengths of the batched-prefill timing (empty: skip it).
+    /// Prompt lengths of the batched-prefill timing (`0`: skip it).
     #[arg(long, value_delimiter = ',', default_value = "1024,8192")]
     prefill: Vec<usize>,
     /// Tokens per batched-prefill call.
     #[arg(long, default_value_t = 8192)]
     prefill_chunk: usize,
+}
+
+impl BenchArgs {
+    /// The prefill prompt lengths to time (`0` entries dropped).
+    pub(super) fn prompts(&self) -> Vec<usize> {
+        self.prefill.iter().copied().filter(|&p| p > 0).collect()
+    }
+
+    /// Context the caches are made for: the longest live context or prompt, plus the timed steps.
+    fn max_context(&self) -> usize {
+        let longest = self.prompts().into_iter().max().unwrap_or(0);
+        let ctx = self.contexts.iter().copied().max().unwrap_or(4096);
+        ctx.max(longest) + self.warmup + self.steps + 8
+    }
 }
 
 fn parse_split(s: &str) -> Result<SplitMode, String> {
@@ -115,19 +129,10 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let longest = args.prefill.iter().copied().max().unwrap_or(0);
-    let max_ctx = args
-        .contexts
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(4096)
-        .max(longest)
-        + args.warmup
-        + args.steps
-        + 8;
+    let prompts = args.prompts();
+    let max_ctx = args.max_context();
     let chunk = args.prefill_chunk.max(1);
-    let prefill_bytes = if args.prefill.is_empty() {
+    let prefill_bytes = if prompts.is_empty() {
         0
     } else {
         PrefillWs::bytes_for(&cfg, chunk, max_ctx)
@@ -174,9 +179,9 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         prefill_profile: Vec::new(),
     };
     print_report(&report);
-    if !args.prefill.is_empty() {
+    if !prompts.is_empty() {
         let mut ws = PrefillWs::new(&model.ctx, &model.cfg, chunk, max_ctx)?;
-        report.prefill = prefill::time_prompts(&mut model, &mut ws, &args.prefill, chunk)?;
+        report.prefill = prefill::time_prompts(&mut model, &mut ws, &prompts, chunk)?;
         if args.profile {
             report.prefill_profile = prefill::profile(&mut model, &mut ws, chunk)?;
         }

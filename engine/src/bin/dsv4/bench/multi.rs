@@ -1,10 +1,12 @@
 //! `dsv4 bench --gpus 0,1 --split tensor|layer`: the full-size synthetic model split over several GPUs
 //! (each rank's share generated on its GPU, every layer with its own experts), decode timed per step
 //! (host clock around input copy + step + greedy ids back, the step's one sync), eager and graph replay,
-//! and the time inside collectives of an eager step.
+//! and the time inside collectives of an eager step; then the batched prefill (prompts of `--prefill`
+//! lengths in calls of `--prefill-chunk` tokens, host clock to the first token).
 
 use super::measure::Inputs;
 use super::plan;
+use super::prefill::{self, PrefillRow, PromptRunner};
 use super::BenchArgs;
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::multi::collective::GpuCollective;
@@ -14,7 +16,7 @@ use dsv4_engine::gpu::multi::rank::Rank;
 use dsv4_engine::gpu::multi::synth::synthetic_rank;
 use dsv4_engine::gpu::multi::weights::rank_attention_config;
 use dsv4_engine::gpu::multi::{collective_for, CollectiveProbe, MultiModel};
-use dsv4_engine::gpu::RunnerError;
+use dsv4_engine::gpu::{PrefillSeg, RunnerError};
 use dsv4_kernels::bf16;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use std::time::Instant;
@@ -40,6 +42,8 @@ pub struct MultiReport {
     pub weights_gb_per_rank: Vec<f64>,
     pub graph_error: Option<String>,
     pub rows: Vec<MultiRow>,
+    /// Batched prefill (empty without `--prefill`).
+    pub prefill: Vec<PrefillRow>,
 }
 
 fn split_name(mode: SplitMode) -> &'static str {
@@ -85,8 +89,7 @@ pub fn run(
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
     let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
-    let max_ctx =
-        args.contexts.iter().copied().max().unwrap_or(4096) + args.warmup + args.steps + 8;
+    let max_ctx = args.max_context();
     let mut ranks = Vec::with_capacity(gpus.len());
     let mut gb = Vec::new();
     for (r, g) in gpus.iter().enumerate() {
@@ -158,15 +161,71 @@ pub fn run(
             }
         }
     }
+    let chunk = args.prefill_chunk.max(1);
+    let prompts = args.prompts();
+    let prefill = if prompts.is_empty() || without_collectives {
+        Vec::new()
+    } else if model.enable_prefill(chunk) {
+        let mut r = SplitPrompts {
+            model: &mut model,
+            start: None,
+        };
+        prefill::time_runner(&mut r, &prompts, chunk)?
+    } else {
+        println!("no prefill workspace of {chunk} tokens fits: prefill not timed");
+        Vec::new()
+    };
     let report = MultiReport {
         gpu: gpus[0].info.name.clone(),
         collective,
         weights_gb_per_rank: gb,
         graph_error,
         rows,
+        prefill,
     };
     print_report(&report);
+    prefill::print(&report.prefill, &[], chunk);
     Ok(report)
+}
+
+/// The split runner's batched prefill, timed on the host (the ranks' GPUs have no common event clock).
+struct SplitPrompts<'a> {
+    model: &'a mut MultiModel,
+    start: Option<Instant>,
+}
+
+impl PromptRunner for SplitPrompts<'_> {
+    fn vocab(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+    fn reset(&mut self) -> anyhow::Result<()> {
+        for r in &mut self.model.ranks {
+            let s = r.gpu.stream.clone();
+            for st in &mut r.states {
+                st.reset_slot(&s, 0)?;
+            }
+        }
+        Ok(())
+    }
+    fn prefill(&mut self, seg: PrefillSeg<'_>) -> anyhow::Result<()> {
+        Ok(self.model.prefill(&[seg])?)
+    }
+    fn read_next(&mut self) -> anyhow::Result<()> {
+        self.model.read_next(1)?;
+        Ok(())
+    }
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.model.synchronize()?;
+        self.start = Some(Instant::now());
+        Ok(())
+    }
+    fn stop(&mut self) -> anyhow::Result<f64> {
+        let start = self
+            .start
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("not started"))?;
+        Ok(start.elapsed().as_secs_f64() * 1e3)
+    }
 }
 
 fn one_step(model: &mut MultiModel, graphs: &MultiGraphs, inp: &Inputs) -> anyhow::Result<()> {

@@ -33,46 +33,101 @@ fn reset(model: &mut GpuModel, slot: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Feeds `tokens` into a reset `slot` in calls of `chunk` and reads the greedy token (the one sync).
-fn run(
-    model: &mut GpuModel,
-    ws: &mut PrefillWs,
-    slot: usize,
-    tokens: &[u32],
-    chunk: usize,
-) -> anyhow::Result<()> {
+/// What the prompt timing needs from a runner (one GPU here, the split runner in multi.rs), on slot 0.
+pub trait PromptRunner {
+    fn vocab(&self) -> usize;
+    /// Resets slot 0's attention state (every layer, every GPU).
+    fn reset(&mut self) -> anyhow::Result<()>;
+    fn prefill(&mut self, seg: PrefillSeg<'_>) -> anyhow::Result<()>;
+    /// Reads the greedy token of row 0 (the one sync).
+    fn read_next(&mut self) -> anyhow::Result<()>;
+    /// Starts the clock once everything queued so far has run.
+    fn start(&mut self) -> anyhow::Result<()>;
+    /// Milliseconds since [`PromptRunner::start`] (called after [`PromptRunner::read_next`]).
+    fn stop(&mut self) -> anyhow::Result<f64>;
+}
+
+/// The one-GPU runner, timed with CUDA events on its stream.
+struct OneGpu<'a> {
+    model: &'a mut GpuModel,
+    ws: &'a mut PrefillWs,
+    start: Option<CudaEvent>,
+}
+
+impl PromptRunner for OneGpu<'_> {
+    fn vocab(&self) -> usize {
+        self.model.cfg.vocab_size
+    }
+    fn reset(&mut self) -> anyhow::Result<()> {
+        reset(self.model, 0)
+    }
+    fn prefill(&mut self, seg: PrefillSeg<'_>) -> anyhow::Result<()> {
+        Ok(self.model.prefill(self.ws, &[seg])?)
+    }
+    fn read_next(&mut self) -> anyhow::Result<()> {
+        self.model.read_next(1)?;
+        Ok(())
+    }
+    fn start(&mut self) -> anyhow::Result<()> {
+        self.model.ctx.stream.synchronize()?;
+        self.start = Some(event(self.model)?);
+        Ok(())
+    }
+    fn stop(&mut self) -> anyhow::Result<f64> {
+        let end = event(self.model)?;
+        let start = self
+            .start
+            .take()
+            .ok_or_else(|| anyhow::anyhow!("not started"))?;
+        Ok(f64::from(start.elapsed_ms(&end)?))
+    }
+}
+
+/// Feeds `tokens` into the reset slot 0 in calls of `chunk` and reads the greedy token (the one sync).
+fn run(r: &mut impl PromptRunner, tokens: &[u32], chunk: usize) -> anyhow::Result<()> {
     for (i, part) in tokens.chunks(chunk).enumerate() {
         let seg = PrefillSeg {
-            slot,
+            slot: 0,
             pos: i * chunk,
             tokens: part,
         };
-        model.prefill(ws, &[seg])?;
+        r.prefill(seg)?;
     }
-    model.read_next(1)?;
-    Ok(())
+    r.read_next()
 }
 
-/// Milliseconds to prefill each prompt length (after one warm-up prefill).
+/// Milliseconds to prefill each prompt length on one GPU (after one warm-up prefill).
 pub fn time_prompts(
     model: &mut GpuModel,
     ws: &mut PrefillWs,
     lens: &[usize],
     chunk: usize,
 ) -> anyhow::Result<Vec<PrefillRow>> {
-    let v = model.cfg.vocab_size;
+    let mut r = OneGpu {
+        model,
+        ws,
+        start: None,
+    };
+    time_runner(&mut r, lens, chunk)
+}
+
+/// Milliseconds to prefill each prompt length (after one warm-up prefill).
+pub fn time_runner(
+    r: &mut impl PromptRunner,
+    lens: &[usize],
+    chunk: usize,
+) -> anyhow::Result<Vec<PrefillRow>> {
+    let v = r.vocab();
     let warm = prompt(chunk.min(1024), v);
-    reset(model, 0)?;
-    run(model, ws, 0, &warm, chunk)?;
+    r.reset()?;
+    run(r, &warm, chunk)?;
     let mut rows = Vec::new();
     for &len in lens {
         let toks = prompt(len, v);
-        reset(model, 0)?;
-        model.ctx.stream.synchronize()?;
-        let start = event(model)?;
-        run(model, ws, 0, &toks, chunk)?;
-        let end = event(model)?;
-        let ms = f64::from(start.elapsed_ms(&end)?);
+        r.reset()?;
+        r.start()?;
+        run(r, &toks, chunk)?;
+        let ms = r.stop()?;
         rows.push(PrefillRow {
             prompt: len,
             chunk,
