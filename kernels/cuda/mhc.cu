@@ -13,18 +13,29 @@
 //          block's 128-column slice of fn in registers (lane: 4 columns, float4 loads) and dots it with its
 //          rows (MG mix groups x 8 / MG row groups, MG picked by the launcher from the row count); 128
 //          blocks share the 1.5 MB fn read (fn is read once per step whatever the batch).
-//          hc_finish{24,4}: grid rows, block 256: warps sum the partials (fixed order: deterministic), one
-//          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics,
-//          ffn mixer) the FP8 fake-quantised copy for the expert GEMVs, from f32, in the same block.
+//          hc_post_mix{24,4}_mg{1,2,4,8}: the same, first forming its values as the previous mixer's HCPost
+//          (the one after attention fused into the ffn mixer, the one after the MoE into the next block's
+//          attention mixer or the HC head: one launch fewer per HCPost). A chunk is one stream's columns,
+//          but HCPost mixes all 4 streams of a column, so X cannot be updated in place (other blocks still
+//          read its old values): the new streams go to a scratch copy, which hc_finish reads and copies
+//          back into X. Same values, chunks and sums as HCPost then hc_mix_partial: the same bits.
+//          hc_finish{24,4}: grid rows, block 288: warps sum the partials (fixed order: deterministic), one
+//          warp runs the 4x4 Sinkhorn one element per lane, then collapse, RMSNorm and (official numerics)
+//          the FP8 fake-quantised copy: for the expert GEMVs from f32 (ffn mixer), for the attention's
+//          FP8 wq_a/wkv from the bf16 output (attention mixer; replaces the attention's own x-quant launch).
+//          After hc_post_mix it reads the scratch streams and copies them back into X (xcopy).
 //          hc_post: grid (rows, ceil(D/256)), block 256; in place (each thread reads its 4 stream values
 //          before writing them). Mode 1 forms f = bf16(sum_k y_routed[k] + y_shared) from the MoE's f32
-//          partial outputs, fusing the MoE sum into the residual update.
+//          partial outputs, fusing the MoE sum into the residual update. For callers without the
+//          scratch copy (prefill, the split runner's tensor mode) or no HCPre after (a layer rank's last block).
 //          embed_streams: grid rows, block 256, 16-byte copies.
 // Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
 //          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
 //          Sinkhorn in one thread: 52 us. v2 (this): fn in registers, warp-parallel partial sums and Sinkhorn.
 //          A single fused kernel (one block per row) was rejected on paper: at batch 1 it reads fn at one
-//          SM's bandwidth (~15 us per mixer).
+//          SM's bandwidth (~15 us per mixer). v3 fused HCPost by re-slicing the chunks (one block: 32 columns
+//          of all 4 streams, updated in place): another sum order, which moved the official-numerics synthetic
+//          model test under its argmax gate (0.732 -> 0.683, noise-level flips); v4 (this) keeps the chunks.
 // Depends on f32_to_e4m3 / e4m3_to_f32 from act_quant.cu (same translation unit; it sorts first).
 // Constraints: n = 4 (checked on the host), D % 8 == 0.
 #include "common.cuh"
@@ -60,32 +71,133 @@ __device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
     f[3] = bf16_to_f32((u16)(v.y >> 16));
 }
 
-// Partial mixer dots of one 128-column chunk (lane: 4 columns, float4 loads of fn). The 8 warps are split
-// into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ... with mixes mg, mg + MG,
-// ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and reduces 3-4 mixes
-// instead of one warp doing all 25 while the rest idle. MG is a template argument (the launcher picks it from
-// the row count): with a run-time split the mix indices, the select and a break before every warp_sum stayed
-// in the loop, which serialised the 25 shuffle reductions of a row (batch 64: 1.32 -> 1.85 ms per step per
-// mixer; 8K-row prefill 59 -> 146 ms). Every warp reduces all of its I slots (the few past M sum zeros)
-// so the reductions have no branches between them; only the store is guarded. Each stored value is the same
-// per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
-template <int M, int MG>
+// HCPost of one stream value: post_k f + sum_i comb[i, k] old_i (mo = the row's 24 mixes; comb applied
+// transposed). Shared by hc_post and the fused hc_post_mix so both give the same bits.
+__device__ __forceinline__ float mhc_post_value(const float* mo, int k, float f, const float* old) {
+    float acc = __fmul_rn(mo[k], f);
+#pragma unroll
+    for (int i = 0; i < MHC_N; ++i) acc = __fmaf_rn(mo[4 + i * 4 + k], old[i], acc);
+    return acc;
+}
+
+// The sub-block output f at column c of a row. mode 0: f_bf16[row]; mode 1: bf16(sum_k ys[row*topk+k] + ysh[row])
+// (the MoE's f32 partial outputs, summed in k order).
+__device__ __forceinline__ float mhc_post_f(const u16* f_bf16, const float* ys, const float* ysh, u64 row, int c,
+                                            int D, int topk, int mode) {
+    if (mode == 0) return bf16_to_f32(f_bf16[row * D + c]);
+    float s = 0.f;
+    for (int k = 0; k < topk; ++k) s += ys[(row * topk + k) * D + c];
+    return bf16_to_f32(f32_to_bf16(s + ysh[row * D + c]));
+}
+
+// The previous mixer's HCPost, fused into the partial kernel (hc_post_mix only).
+struct MhcPost {
+    const float* mix;  // [rows, 24]: post then comb of the previous mixer
+    const u16* f_bf16;
+    const float* ys;
+    const float* ysh;
+    u16* xo;  // [rows, 4, D]: the updated streams (X is only read: other blocks still read its old values)
+    int topk, mode;  // see mhc_post_f
+};
+
+// The fused HCPost of one lane: stream j, columns cc..cc+3 of `row`, into xv (and to xo unless null). Every
+// load is issued before its first use (vector loads, the expert sum unrolled), so the lane waits about one
+// memory latency; the values equal mhc_post_f / mhc_post_value per column (same sums in the same order).
+__device__ __forceinline__ void mhc_post4(const u16* __restrict__ X, const MhcPost& post, int row, int D, int j,
+                                          int cc, u16* xo, float* xv) {
+    const u64 nd = (u64)MHC_N * D;
+    float old[MHC_N][4];
+#pragma unroll
+    for (int i = 0; i < MHC_N; ++i) mhc_load4(X + row * nd + (u64)i * D + cc, old[i]);
+    const float* mo = post.mix + (u64)row * MHC_MIX;
+    float fv[4];
+    if (post.mode == 0) {
+        mhc_load4(post.f_bf16 + (u64)row * D + cc, fv);
+    } else {
+        const float* yr = post.ys + (u64)row * post.topk * D + cc;
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        // Up to 8 experts' loads in flight at once, then the adds in k order (a plain loop waited a memory
+        // latency per expert: load, add, branch).
+        for (int k0 = 0; k0 < post.topk; k0 += 8) {
+            float4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (k0 + u < post.topk) v[u] = *(const float4*)(yr + (u64)(k0 + u) * D);
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+                if (k0 + u < post.topk) {
+                    sum.x += v[u].x;
+                    sum.y += v[u].y;
+                    sum.z += v[u].z;
+                    sum.w += v[u].w;
+                }
+        }
+        const float4 h = *(const float4*)(post.ysh + (u64)row * D + cc);
+        fv[0] = bf16_to_f32(f32_to_bf16(sum.x + h.x));
+        fv[1] = bf16_to_f32(f32_to_bf16(sum.y + h.y));
+        fv[2] = bf16_to_f32(f32_to_bf16(sum.z + h.z));
+        fv[3] = bf16_to_f32(f32_to_bf16(sum.w + h.w));
+    }
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float o[MHC_N] = {old[0][q], old[1][q], old[2][q], old[3][q]};
+        xv[q] = bf16_to_f32(f32_to_bf16(mhc_post_value(mo, j, fv[q], o)));
+    }
+    if (xo) {
+        uint2 v;
+        v.x = (u32)f32_to_bf16(xv[0]) | ((u32)f32_to_bf16(xv[1]) << 16);
+        v.y = (u32)f32_to_bf16(xv[2]) | ((u32)f32_to_bf16(xv[3]) << 16);
+        *(uint2*)xo = v;
+    }
+}
+
+// Partial mixer dots of one 128-column chunk of the flat stream vector (lane: 4 columns, float4 loads of fn).
+// The 8 warps are split into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ...
+// with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and
+// reduces 3-4 mixes instead of one warp doing all 25 while the rest idle. MG is a template argument (the
+// launcher picks it from the row count): with a run-time split the mix indices, the select and a break before
+// every warp_sum stayed in the loop, which serialised the 25 shuffle reductions of a row (batch 64: 1.32 ->
+// 1.85 ms per step per mixer; 8K-row prefill 59 -> 146 ms). Every warp reduces all of its I slots (the few
+// past M sum zeros) so the reductions have no branches between them; only the store is guarded. Each stored
+// value is the same per-lane expression and the same warp_sum whatever MG, so every split gives the same bits.
+// POST: the lane first forms its 4 values as the previous mixer's HCPost from the old values of all 4 streams
+// at its columns (8-byte loads from X) and stores them to post.xo (mix group 0); the dots then see exactly
+// the values an unfused HCPost would have left in X, in the same chunks and order: the same bits. The body
+// runs pdl_wait itself, after loading fn.
+template <int M, int MG, bool POST>
 __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, const float* __restrict__ fn,
-                                                     float* __restrict__ ws, int rows, int nd) {
+                                                     float* __restrict__ ws, int rows, int D, const MhcPost post) {
     constexpr int RG = 8 / MG, I = (M + MG) / MG;  // I = ceil((M + 1) / MG) mixes per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int rg = MG == 1 ? warp : warp % RG, mg = MG == 1 ? 0 : warp / RG;
-    const int c = blockIdx.x * MHC_CHUNK + lane * 4;
+    const int nd = MHC_N * D, c = blockIdx.x * MHC_CHUNK + lane * 4;
     const bool valid = c < nd;  // nd % 4 == 0: a lane's 4 columns are all in or all out
+    const int j = c / D, cc = c - j * D;  // stream and column of D (D % 4 == 0: all 4 in one stream)
     float4 f[I];
 #pragma unroll
-    for (int i = 0; i < I; ++i) {
-        const int m = mg + MG * i;
-        f[i] = (valid && m < M) ? *(const float4*)(fn + (u64)m * nd + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < I; ++i) f[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    // fn is a weight (no earlier kernel writes it): its loads are issued before the wait, overlapping the
+    // previous kernel's tail. asm volatile loads (ldg_stream) inside a branch: the compiler sinks plain loads
+    // past the wait, and ptxas hoists the wait above straight-line (predicated) loads.
+    if (valid) {
+#pragma unroll
+        for (int i = 0; i < I; ++i) {
+            const int m = mg + MG * i;
+            if (m < M) {
+                const uint4 v = ldg_stream(fn + (u64)m * nd + c);
+                f[i] = make_float4(__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                   __uint_as_float(v.w));
+            }
+        }
     }
+    pdl_wait();
     for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
-        if (valid) mhc_load4(X + (u64)row * nd + c, xv);
+        if constexpr (POST) {
+            if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
+        } else {
+            if (valid) mhc_load4(X + (u64)row * nd + c, xv);
+        }
         float acc[I];
 #pragma unroll
         for (int i = 0; i < I; ++i) {
@@ -105,12 +217,17 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
 }
 
 // hc_mix_partial{M}_mg{MG}: M = 24 (block mixers) or 4 (HC head); MG = 1 (8+ rows), 2 (4-7), 4 (2-3), 8 (1).
+// hc_post_mix{M}_mg{MG}: the same after the previous mixer's HCPost (X read, the result in post.xo).
 #define MHC_PARTIAL_KERNEL(M, MG)                                                                          \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
-        hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int nd) {           \
+        hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
         pdl_trigger();                                                                                     \
-        pdl_wait();                                                                                        \
-        mhc_mix_partial_body<M, MG>(X, fn, ws, rows, nd);                                                  \
+        mhc_mix_partial_body<M, MG, false>(X, fn, ws, rows, D, post);                                      \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256)                                                      \
+        hc_post_mix##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
+        pdl_trigger();                                                                                     \
+        mhc_mix_partial_body<M, MG, true>(X, fn, ws, rows, D, post);                                       \
     }
 MHC_PARTIAL_KERNEL(24, 1)
 MHC_PARTIAL_KERNEL(24, 2)
@@ -202,6 +319,28 @@ __device__ __forceinline__ void mhc_post_comb(const float* sred, float rho, cons
     if (lane < 16) mo[4 + lane] = p;
 }
 
+// Copies n bf16 (n % 8 == 0, 16-byte aligned) with the whole block, every thread's loads in flight before its
+// first store (a load-store loop would wait a memory latency per element).
+__device__ __forceinline__ void mhc_copy_row(const u16* __restrict__ src, u16* __restrict__ dst, int n) {
+    constexpr int U = 8;
+    const int n16 = n >> 3;
+    const uint4* s = (const uint4*)src;
+    uint4* d = (uint4*)dst;
+    for (int base = threadIdx.x; base < n16; base += U * blockDim.x) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < n16) v[u] = s[i];
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = base + u * blockDim.x;
+            if (i < n16) d[i] = v[u];
+        }
+    }
+}
+
 // One row per block of 9 warps: warp 8 computes post and the Sinkhorn comb (M == 24) while warps 0-7
 // collapse the streams with pre (each thread evaluates the 4 pre coefficients itself), RMS-normalise and
 // (yq) FP8-fake-quantise; the collapsed row stays in shared memory. Same operations in the same order as the
@@ -210,11 +349,12 @@ template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
                                 float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
-                                u16* __restrict__ yq) {
+                                u16* __restrict__ yq, int yq_bf16, u16* __restrict__ xcopy) {
     __shared__ float sred[M + 1];
     __shared__ float sh[8];
     __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
     const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (xcopy) mhc_copy_row(X + (u64)row * MHC_N * D, xcopy + (u64)row * MHC_N * D, MHC_N * D);
     mhc_partial_sums<M>(ws, chunks, rows, row, sred);
     __syncthreads();
     const float rho = 1.f / sqrtf(sred[M] / (float)(MHC_N * D) + eps);
@@ -237,13 +377,15 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     }
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
     if (yq) {
-        // FP8 fake-quantised copy for the expert GEMVs, from the f32 normalised values (no bf16 step).
+        // FP8 fake-quantised copy: for the expert GEMVs from the f32 normalised values (no bf16 step); for the
+        // attention's wq_a/wkv (yq_bf16) from the bf16 output y, the same bits as attn_row_prep of y.
         for (int b0 = warp * 128; b0 < D; b0 += 8 * 128) {
             float v[4];
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = b0 + q * 32 + lane;
-                v[q] = c < D ? norm_w[c] * (av[c] * inv) : 0.f;
+                const float o = c < D ? norm_w[c] * (av[c] * inv) : 0.f;
+                v[q] = yq_bf16 ? bf16_to_f32(f32_to_bf16(o)) : o;
             }
             fq_block(v);
 #pragma unroll
@@ -260,21 +402,24 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
 extern "C" __global__ void __launch_bounds__(288) hc_finish24(const u16* X, const float* ws, int chunks, int rows,
                                                               int D, const float* scale, const float* base,
                                                               const float* norm_w, float eps, float hc_eps,
-                                                              int iters, float* mix, u16* y, u16* yq) {
+                                                              int iters, float* mix, u16* y, u16* yq, int yq_bf16, u16* xcopy) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
+    mhc_finish_body<24>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16,
+                       xcopy);
 }
 extern "C" __global__ void __launch_bounds__(288) hc_finish4(const u16* X, const float* ws, int chunks, int rows,
                                                              int D, const float* scale, const float* base,
                                                              const float* norm_w, float eps, float hc_eps,
-                                                             int iters, float* mix, u16* y, u16* yq) {
+                                                             int iters, float* mix, u16* y, u16* yq, int yq_bf16, u16* xcopy) {
     pdl_trigger();
     pdl_wait();
-    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
+    mhc_finish_body<4>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16,
+                       xcopy);
 }
 
-// HCPost in place on X. mode 0: f = f_bf16[row]; mode 1: f = bf16(sum_k ys[row*topk+k] + ysh[row]).
+// HCPost in place on X (f: see mhc_post_f). Unfused form, for the callers whose HCPost has no following HCPre
+// on the same streams (split runner's tensor mode).
 extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, const float* __restrict__ mix,
                                                           const u16* __restrict__ f_bf16,
                                                           const float* __restrict__ ys,
@@ -286,23 +431,11 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, c
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= D) return;
     const float* mo = mix + (u64)row * MHC_MIX;
-    float f;
-    if (mode == 0) {
-        f = bf16_to_f32(f_bf16[(u64)row * D + c]);
-    } else {
-        float s = 0.f;
-        for (int k = 0; k < topk; ++k) s += ys[((u64)row * topk + k) * D + c];
-        f = bf16_to_f32(f32_to_bf16(s + ysh[(u64)row * D + c]));
-    }
+    const float f = mhc_post_f(f_bf16, ys, ysh, row, c, D, topk, mode);
     u16* xr = X + (u64)row * MHC_N * D + c;
     float old[MHC_N];
 #pragma unroll
     for (int i = 0; i < MHC_N; ++i) old[i] = bf16_to_f32(xr[(u64)i * D]);
 #pragma unroll
-    for (int k = 0; k < MHC_N; ++k) {
-        float acc = mo[k] * f;
-#pragma unroll
-        for (int i = 0; i < MHC_N; ++i) acc += mo[4 + i * 4 + k] * old[i];
-        xr[(u64)k * D] = f32_to_bf16(acc);
-    }
+    for (int k = 0; k < MHC_N; ++k) xr[(u64)k * D] = f32_to_bf16(mhc_post_value(mo, k, f, old));
 }

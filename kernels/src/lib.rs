@@ -22,7 +22,7 @@ pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvPlan, GemvScratch,
     GemvWeights, GEMV_GROUPS, GEMV_ROW_TILE,
 };
-pub use ops::mhc::{hc_workspace_len, HcPre, HC_MIX, HC_STREAMS};
+pub use ops::mhc::{hc_workspace_len, HcPost, HcPostF, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape};
 pub use ops::sample::SAMPLE_PARAMS_PER_ROW;
 pub use ops::split::RANK_MAX;

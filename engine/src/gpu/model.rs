@@ -1,6 +1,7 @@
 //! One decode step on the device for `rows` rows (each a sequence slot feeding one token at its
 //! position): embed -> per block (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost)
-//! -> HCHead+norm -> head -> argmax. Everything is enqueued on `ctx.stream` with no host sync, no
+//! -> HCHead+norm -> head -> argmax. Each HCPost runs fused into the HCPre that follows it (the block's
+//! ffn mixer, the next block's attention mixer, the HC head): see [`Post`]. Everything is enqueued on `ctx.stream` with no host sync, no
 //! allocation and per-step values read from device buffers, so the step can be captured as a graph.
 
 use super::attention::{self, AttnState};
@@ -11,7 +12,7 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPre};
+use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPost, HcPostF, HcPre};
 
 /// Host values of one step; `tokens`, `slots` and `positions` have one entry per row.
 #[derive(Debug, Clone, Copy)]
@@ -112,10 +113,11 @@ impl GpuModel {
         let d = cfg.hidden_size;
         ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
         hook("embed", ws)?;
+        let mut post = Post::None;
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
-            run_block(ctx, cfg, blk, state, ws, rows, self.numerics, hook)?;
+            post = run_block(ctx, cfg, blk, state, ws, rows, self.numerics, post, hook)?;
         }
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, post)?;
         hook("hc_head", ws)?;
         head(ctx, cfg, &w.head, ws, rows)?;
         hook("head", ws)
@@ -125,7 +127,7 @@ impl GpuModel {
     /// last row there), for [`Self::read_next`] / [`Self::read_logits`].
     pub(crate) fn head_rows(&mut self, rows: usize) -> Result<(), RunnerError> {
         let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Post::None)?;
         head(ctx, cfg, &w.head, ws, rows)
     }
 
@@ -151,7 +153,9 @@ impl GpuModel {
 }
 
 /// One block on `ws.x` (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost), the unsplit
-/// model's and a layer-split rank's.
+/// model's and a layer-split rank's. `post`: the previous block's pending HCPost (fused into this block's
+/// attention mixer). Returns this block's own pending HCPost (the MoE's): the caller fuses it into the next
+/// HCPre or applies it with [`flush_post`].
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_block(
     ctx: &GpuContext,
@@ -161,20 +165,16 @@ pub(crate) fn run_block(
     ws: &mut Workspace,
     rows: usize,
     numerics: Numerics,
+    post: Post,
     hook: Hook<'_>,
-) -> Result<(), RunnerError> {
-    let d = cfg.hidden_size;
-    hc_pre(
-        ctx,
-        cfg,
-        ws,
-        rows,
-        &blk.hc_attn,
-        &blk.attn_norm,
-        Mixer::Attn,
-    )?;
+) -> Result<Post, RunnerError> {
+    // Official numerics with an FP8 wq_a: the mixer also writes the attention's FP8 input copy.
+    let quant = numerics == Numerics::Official && blk.attn.wq_a.act_quant();
+    let (hc, norm) = (&blk.hc_attn, &blk.attn_norm);
+    hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Attn { quant }, post)?;
     hook("hc_pre.attn", ws)?;
-    attention::decode(
+    ws.attn.xq_ready = quant;
+    let r = attention::decode(
         ctx,
         &ctx.stream,
         &blk.attn,
@@ -185,27 +185,72 @@ pub(crate) fn run_block(
         &mut ws.attn,
         &mut ws.attn_out,
         numerics,
-    )?;
+    );
+    ws.attn.xq_ready = false;
+    r?;
     hook("attention", ws)?;
-    ctx.launch_hc_post(&ctx.stream, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
-    hook("hc_post.attn", ws)?;
     let ffn = Mixer::Ffn {
         quant: numerics == Numerics::Official,
     };
-    hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn)?;
+    hc_pre(
+        ctx,
+        cfg,
+        ws,
+        rows,
+        &blk.hc_ffn,
+        &blk.ffn_norm,
+        ffn,
+        Post::Attn,
+    )?;
     hook("hc_pre.ffn", ws)?;
     moe::forward(ctx, cfg, &blk.moe, ws, rows, numerics, hook)?;
-    let k = cfg.num_experts_per_tok;
-    let (yr, ys) = (&ws.y_routed, &ws.y_shared);
-    ctx.launch_hc_post_moe(&ctx.stream, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
-    hook("hc_post.ffn", ws)?;
+    Ok(Post::Moe)
+}
+
+/// Applies a pending HCPost on its own (where no HCPre follows on these streams: a layer-split rank's
+/// last block, whose streams go to the next rank).
+pub(crate) fn flush_post(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    ws: &mut Workspace,
+    rows: usize,
+    post: Post,
+) -> Result<(), RunnerError> {
+    match post.source(cfg, &ws.attn_out, &ws.y_routed, &ws.y_shared) {
+        Some(f) => post_alone(ctx, rows, cfg.hidden_size, &mut ws.x, &ws.mix, f),
+        None => Ok(()),
+    }
+}
+
+/// HCPost of `x` with `mix`'s coefficients and the sub-block output `f`, as its own launch.
+fn post_alone(
+    ctx: &GpuContext,
+    rows: usize,
+    d: usize,
+    x: &mut CudaSlice<bf16>,
+    mix: &CudaSlice<f32>,
+    f: HcPostF<'_>,
+) -> Result<(), RunnerError> {
+    let s = &ctx.stream;
+    match f {
+        HcPostF::Bf16(f) => ctx.launch_hc_post(s, rows, d, x, mix, f)?,
+        HcPostF::Moe {
+            routed,
+            shared,
+            topk,
+        } => ctx.launch_hc_post_moe(s, rows, d, topk, x, mix, routed, shared)?,
+    }
     Ok(())
 }
 
 /// Which collapse an HCPre is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Mixer {
-    Attn,
+    /// `quant`: also write the FP8-fake-quantised copy of `a` for the attention's FP8 wq_a/wkv (the
+    /// workspace's `xq`; bit-identical to the attention's own x quant, which then skips its launch).
+    Attn {
+        quant: bool,
+    },
     /// `quant`: also write the FP8-fake-quantised copy `aq` for the expert GEMVs.
     Ffn {
         quant: bool,
@@ -213,13 +258,53 @@ pub(crate) enum Mixer {
     Head,
 }
 
+/// The HCPost still to apply to a workspace's streams before the next HCPre reads them (which fuses
+/// it): its mixer's coefficients are in the workspace's `mix`, the sub-block output in its
+/// `attn_out` (`Attn`) or `y_routed` + `y_shared` (`Moe`, the MoE's f32 outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Post {
+    None,
+    Attn,
+    Moe,
+}
+
+impl Post {
+    /// The sub-block output this HCPost reads, from a workspace's buffers.
+    fn source<'a>(
+        self,
+        cfg: &ModelConfig,
+        attn_out: &'a CudaSlice<bf16>,
+        y_routed: &'a CudaSlice<f32>,
+        y_shared: &'a CudaSlice<f32>,
+    ) -> Option<HcPostF<'a>> {
+        match self {
+            Post::None => None,
+            Post::Attn => Some(HcPostF::Bf16(attn_out)),
+            Post::Moe => Some(HcPostF::Moe {
+                routed: y_routed,
+                shared: y_shared,
+                topk: cfg.num_experts_per_tok,
+            }),
+        }
+    }
+}
+
 /// The buffers an HCPre reads and writes: the decode workspace's, or a prefill call's.
 pub(crate) struct HcBufs<'a> {
-    pub x: &'a CudaSlice<bf16>,
+    pub x: &'a mut CudaSlice<bf16>,
+    /// Scratch streams for an HCPost fused into the HCPre (None: the workspace has none, the HCPost
+    /// runs as its own launch first).
+    pub x_post: Option<&'a mut CudaSlice<bf16>>,
     pub hc_ws: &'a mut CudaSlice<f32>,
     pub mix: &'a mut CudaSlice<f32>,
     pub a: &'a mut CudaSlice<bf16>,
     pub aq: &'a mut CudaSlice<bf16>,
+    /// The attention's FP8 input copy ([`Mixer::Attn`] with `quant`; None: the workspace has none).
+    pub xq: Option<&'a mut CudaSlice<bf16>>,
+    /// The sub-block outputs a pending [`Post`] reads.
+    pub attn_out: &'a CudaSlice<bf16>,
+    pub y_routed: &'a CudaSlice<f32>,
+    pub y_shared: &'a CudaSlice<f32>,
 }
 
 /// A workspace an HCPre runs in: the decode workspace, or a prefill call's.
@@ -230,17 +315,23 @@ pub(crate) trait HcWorkspace {
 impl HcWorkspace for Workspace {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
-            x: &self.x,
+            x: &mut self.x,
+            x_post: Some(&mut self.x_post),
             hc_ws: &mut self.hc_ws,
             mix: &mut self.mix,
             a: &mut self.a,
             aq: &mut self.aq,
+            xq: Some(&mut self.attn.xq),
+            attn_out: &self.attn_out,
+            y_routed: &self.y_routed,
+            y_shared: &self.y_shared,
         }
     }
 }
 
 /// HCPre (or HCHead) of `ws`'s streams fused with its RMSNorm into its `a` (mix coefficients into
-/// its `mix`).
+/// its `mix`), after the pending HCPost `post` (fused into the same launches).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn hc_pre(
     ctx: &GpuContext,
     cfg: &ModelConfig,
@@ -249,20 +340,19 @@ pub(crate) fn hc_pre(
     hc: &HcDev,
     norm: &CudaSlice<f32>,
     mixer: Mixer,
+    post: Post,
 ) -> Result<(), RunnerError> {
-    hc_pre_into(ctx, cfg, ws.hc_bufs(), rows, hc, norm, mixer)
-}
-
-/// HCPre (or HCHead) of `b.x` fused with its RMSNorm into `b.a` (mix coefficients into `b.mix`).
-fn hc_pre_into(
-    ctx: &GpuContext,
-    cfg: &ModelConfig,
-    b: HcBufs<'_>,
-    rows: usize,
-    hc: &HcDev,
-    norm: &CudaSlice<f32>,
-    mixer: Mixer,
-) -> Result<(), RunnerError> {
+    let b = ws.hc_bufs();
+    let d = cfg.hidden_size;
+    let f = post.source(cfg, b.attn_out, b.y_routed, b.y_shared);
+    let post = match (f, b.x_post) {
+        (Some(f), Some(scratch)) => Some(HcPost { f, scratch }),
+        (Some(f), None) => {
+            post_alone(ctx, rows, d, &mut *b.x, &*b.mix, f)?;
+            None
+        }
+        (None, _) => None,
+    };
     let p = HcPre {
         rows,
         d: cfg.hidden_size,
@@ -270,23 +360,33 @@ fn hc_pre_into(
         hc_eps: cfg.hc_eps,
         sinkhorn_iters: cfg.hc_sinkhorn_iters,
         head: mixer == Mixer::Head,
+        yq_bf16: matches!(mixer, Mixer::Attn { .. }),
     };
-    let yq = (mixer == Mixer::Ffn { quant: true }).then_some(b.aq);
-    let (f, base, s) = (&hc.func, &hc.base, &hc.scale);
+    let yq = match mixer {
+        Mixer::Ffn { quant: true } => Some(b.aq),
+        Mixer::Attn { quant: true } => Some(b.xq.ok_or_else(|| {
+            RunnerError::Unsupported("attention input quantisation without an xq buffer".into())
+        })?),
+        _ => None,
+    };
+    let (s, f, base, scale) = (&ctx.stream, &hc.func, &hc.base, &hc.scale);
     ctx.launch_hc_pre(
-        &ctx.stream,
-        &p,
-        b.x,
-        f,
-        base,
-        s,
-        norm,
-        b.hc_ws,
-        b.mix,
-        b.a,
-        yq,
+        s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post,
     )?;
     Ok(())
+}
+
+/// HCHead + final norm of `ws`'s streams into its `a`, after the pending HCPost `post`.
+pub(crate) fn hc_head(
+    ctx: &GpuContext,
+    cfg: &ModelConfig,
+    ws: &mut impl HcWorkspace,
+    rows: usize,
+    hc: &HcDev,
+    norm: &CudaSlice<f32>,
+    post: Post,
+) -> Result<(), RunnerError> {
+    hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Head, post)
 }
 
 /// Vocabulary head (f32 logits of the normalised HC-head output in `ws.a`) and greedy argmax.

@@ -19,6 +19,8 @@ pub struct Workspace {
     pub meta: StepMeta,
     /// Residual streams bf16 [rows, n, D].
     pub x: CudaSlice<bf16>,
+    /// The streams after an HCPost fused into the next HCPre (that HCPre copies them back into `x`).
+    pub x_post: CudaSlice<bf16>,
     /// HCPre partial sums.
     pub hc_ws: CudaSlice<f32>,
     /// post/comb f32 [rows, 24].
@@ -122,6 +124,7 @@ impl Workspace {
                 positions: zeros(ctx, r)?,
             },
             x: zeros(ctx, r * HC_STREAMS * d)?,
+            x_post: zeros(ctx, r * HC_STREAMS * d)?,
             hc_ws: zeros(ctx, hc_workspace_len(r, d))?,
             mix: zeros(ctx, r * HC_MIX)?,
             a: zeros(ctx, r * d)?,

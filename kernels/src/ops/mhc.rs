@@ -1,6 +1,6 @@
-//! mHC launchers (see cuda/mhc.cu): embedding into streams, HCPre/HCHead fused with the following RMSNorm,
-//! HCPost (optionally fused with the MoE output sum).
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+//! mHC launchers (see cuda/mhc.cu): embedding into streams, HCPre/HCHead fused with the following RMSNorm
+//! (and optionally with the previous mixer's HCPost), HCPost (optionally fused with the MoE output sum).
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 use half::bf16;
 
 use super::{grid, int, ptr, ptr_mut};
@@ -27,6 +27,9 @@ pub struct HcPre {
     pub hc_eps: f32,
     pub sinkhorn_iters: usize,
     pub head: bool,
+    /// The FP8 fake-quantised copy `yq` is taken of the bf16 output `y` (the attention's x quant, same bits
+    /// as attn_row_prep of `y`) instead of the f32 normalised values (the expert GEMVs' input).
+    pub yq_bf16: bool,
 }
 
 impl HcPre {
@@ -41,6 +44,44 @@ impl HcPre {
         (HC_STREAMS * self.d).div_ceil(CHUNK)
     }
 }
+
+/// The previous mixer's HCPost, fused into an HCPre on the same streams (see [`GpuContext::launch_hc_pre`]).
+#[derive(Debug)]
+pub struct HcPost<'a> {
+    /// The sub-block output.
+    pub f: HcPostF<'a>,
+    /// Scratch bf16 `[rows, 4, D]` for the updated streams (copied back into `x` by the same launches).
+    pub scratch: &'a mut CudaSlice<bf16>,
+}
+
+/// The sub-block output f of a fused HCPost.
+#[derive(Debug, Clone, Copy)]
+pub enum HcPostF<'a> {
+    /// f bf16 `[rows, D]` (the attention output).
+    Bf16(&'a CudaSlice<bf16>),
+    /// f = bf16(sum_k routed[r*topk+k] + shared[r]): `routed` f32 `[rows*topk, D]`, `shared` f32 `[rows, D]`.
+    Moe {
+        routed: &'a CudaSlice<f32>,
+        shared: &'a CudaSlice<f32>,
+        topk: usize,
+    },
+}
+
+/// cuda MhcPost (by value); `mix` 0: no fused HCPost.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct MhcPost {
+    mix: u64,
+    f_bf16: u64,
+    ys: u64,
+    ysh: u64,
+    xo: u64,
+    topk: i32,
+    mode: i32,
+}
+
+// SAFETY: #[repr(C)] u64/i32 fields laid out as the C struct MhcPost in cuda/mhc.cu; no references.
+unsafe impl DeviceRepr for MhcPost {}
 
 /// f32 elements of partial-sum workspace an [`HcPre`] of `rows` x `d` needs (block mixer, the larger).
 pub fn hc_workspace_len(rows: usize, d: usize) -> usize {
@@ -100,13 +141,16 @@ impl GpuContext {
     /// HCPre (or HCHead) then RMSNorm: `x` bf16 [rows, 4, D]; `func` f32 [M, 4D]; `base` f32 [M];
     /// `scale` f32 [3] ([1] for the head); `norm_w` f32 [D]; `ws` f32 [`hc_workspace_len`]; `mix` f32
     /// [rows, 24] (post, comb: written by block mixers only); `y` bf16 [rows, D] normalised output; `yq`
-    /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128) computed from f32.
+    /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128, see [`HcPre::yq_bf16`]).
+    /// `post`: first apply the previous mixer's HCPost to `x` (coefficients read from `mix` before this
+    /// mixer overwrites them), fused into these launches: one launch fewer, the same bits as
+    /// [`Self::launch_hc_post`] / [`Self::launch_hc_post_moe`] first.
     #[allow(clippy::too_many_arguments)]
     pub fn launch_hc_pre(
         &self,
         stream: &CudaStream,
         p: &HcPre,
-        x: &impl DevicePtr<bf16>,
+        x: &mut impl DevicePtrMut<bf16>,
         func: &impl DevicePtr<f32>,
         base: &impl DevicePtr<f32>,
         scale: &impl DevicePtr<f32>,
@@ -115,6 +159,7 @@ impl GpuContext {
         mix: &mut impl DevicePtrMut<f32>,
         y: &mut impl DevicePtrMut<bf16>,
         yq: Option<&mut CudaSlice<bf16>>,
+        post: Option<HcPost<'_>>,
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
         let di = check_d(d)?;
@@ -130,44 +175,57 @@ impl GpuContext {
             && norm_w.len() >= d
             && ws.len() >= p.chunks() * rows * (m + 1)
             && mix.len() >= rows * HC_MIX
-            && y.len() >= rows * d;
+            && y.len() >= rows * d
+            && yq.as_ref().is_none_or(|q| q.len() >= rows * d);
         check(NAME, ok, || {
             format!("hc_pre: a buffer is too short for {rows} rows, D {d}")
         })?;
-        let (ri, ndi, ci) = (
-            int(NAME, "rows", rows)?,
-            int(NAME, "nD", nd)?,
-            int(NAME, "chunks", p.chunks())?,
-        );
+        let (ri, ci) = (int(NAME, "rows", rows)?, int(NAME, "chunks", p.chunks())?);
         let iters = int(NAME, "iters", p.sinkhorn_iters)?;
         let which = usize::from(p.head);
-        let (xp, fp, wsp) = (ptr(x, stream), ptr(func, stream), ptr_mut(ws, stream));
+        let (xp, fp, wsp) = (ptr_mut(x, stream), ptr(func, stream), ptr_mut(ws, stream));
+        let mp = ptr_mut(mix, stream);
+        let fused = post.is_some();
+        let post_args = match post {
+            Some(post) => post_args(stream, rows, d, mp, post)?,
+            None => MhcPost::default(),
+        };
+        let kernels = &self.kernels.runner;
+        let partial = match fused {
+            true => &kernels.hc_post_mix[which][mix_groups(rows)],
+            false => &kernels.hc_mix_partial[which][mix_groups(rows)],
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, p.chunks())?, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&xp).arg(&fp).arg(&wsp).arg(&ri).arg(&ndi);
-        // SAFETY: hc_mix_partialM_mgG(X, fn, ws, rows, nd); X holds rows*nd, fn M*nd, ws chunks*rows*(M+1).
-        unsafe {
-            self.launch_k(
-                stream,
-                &self.kernels.runner.hc_mix_partial[which][mix_groups(rows)],
-                cfg,
-                &mut l,
-            )
-        }?;
+        l.arg(&xp)
+            .arg(&fp)
+            .arg(&wsp)
+            .arg(&ri)
+            .arg(&di)
+            .arg(&post_args);
+        // SAFETY: hc_{mix_partial,post_mix}M_mgG(X, fn, ws, rows, D, post); X holds rows*4D, fn M*4D, ws
+        // chunks*rows*(M+1); post's buffers were checked by post_args (all null without a fused HCPost).
+        unsafe { self.launch_k(stream, partial, cfg, &mut l) }?;
         let (sp, bp, np) = (ptr(scale, stream), ptr(base, stream), ptr(norm_w, stream));
-        let (mp, yp) = (ptr_mut(mix, stream), ptr_mut(y, stream));
+        let yp = ptr_mut(y, stream);
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
+        let yq_bf16 = i32::from(p.yq_bf16);
+        // After a fused HCPost the finish reads the scratch streams and copies them back into X.
+        let (x_read, x_copy) = match fused {
+            true => (post_args.xo, xp),
+            false => (xp, 0),
+        };
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, rows)?, 1, 1),
             block_dim: (288, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
-        l.arg(&xp)
+        l.arg(&x_read)
             .arg(&wsp)
             .arg(&ci)
             .arg(&ri)
@@ -180,10 +238,12 @@ impl GpuContext {
             .arg(&iters)
             .arg(&mp)
             .arg(&yp)
-            .arg(&qp);
-        // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq);
-        // every buffer was checked above (yq null: no quantised copy).
-        unsafe { self.launch_k(stream, &self.kernels.runner.hc_finish[which], cfg, &mut l) }?;
+            .arg(&qp)
+            .arg(&yq_bf16)
+            .arg(&x_copy);
+        // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq,
+        // yq_bf16, xcopy); every buffer was checked above (yq null: no quantised copy; xcopy null: none).
+        unsafe { self.launch_k(stream, &kernels.hc_finish[which], cfg, &mut l) }?;
         Ok(())
     }
 
@@ -257,4 +317,52 @@ impl GpuContext {
         unsafe { self.launch_k(stream, &self.kernels.runner.hc_post, cfg, &mut l) }?;
         Ok(())
     }
+}
+
+/// The fused HCPost's kernel arguments, after checking its buffers against `rows` x `d`; `mix` is the
+/// mixer's coefficient buffer (checked by the caller).
+fn post_args(
+    stream: &CudaStream,
+    rows: usize,
+    d: usize,
+    mix: u64,
+    post: HcPost<'_>,
+) -> Result<MhcPost> {
+    check(NAME, post.scratch.len() >= rows * HC_STREAMS * d, || {
+        "hc_pre post: scratch streams too short".into()
+    })?;
+    let xo = ptr_mut(post.scratch, stream);
+    Ok(match post.f {
+        HcPostF::Bf16(f) => {
+            check(NAME, f.len() >= rows * d, || {
+                "hc_pre post: f too short".into()
+            })?;
+            MhcPost {
+                mix,
+                f_bf16: ptr(f, stream),
+                xo,
+                ..MhcPost::default()
+            }
+        }
+        HcPostF::Moe {
+            routed,
+            shared,
+            topk,
+        } => {
+            check(
+                NAME,
+                routed.len() >= rows * topk * d && shared.len() >= rows * d,
+                || "hc_pre post: expert outputs too short".into(),
+            )?;
+            MhcPost {
+                mix,
+                ys: ptr(routed, stream),
+                ysh: ptr(shared, stream),
+                xo,
+                topk: int(NAME, "topk", topk)?,
+                mode: 1,
+                ..MhcPost::default()
+            }
+        }
+    })
 }

@@ -12,6 +12,8 @@ pub struct RunnerKernels {
     /// hc_mix_partial24_mg{1,2,4,8} (block mixers), hc_mix_partial4_mg{1,2,4,8} (HC head): one per
     /// split of the 8 warps into mix groups (see ops::mhc `mix_groups`).
     pub hc_mix_partial: [[CudaFunction; 4]; 2],
+    /// hc_post_mix{24,4}_mg{1,2,4,8}: the same after the previous mixer's HCPost (fused).
+    pub hc_post_mix: [[CudaFunction; 4]; 2],
     /// hc_finish24, hc_finish4.
     pub hc_finish: [CudaFunction; 2],
     pub hc_post: CudaFunction,
@@ -46,6 +48,20 @@ impl RunnerKernels {
                     get("hc_mix_partial4_mg2")?,
                     get("hc_mix_partial4_mg4")?,
                     get("hc_mix_partial4_mg8")?,
+                ],
+            ],
+            hc_post_mix: [
+                [
+                    get("hc_post_mix24_mg1")?,
+                    get("hc_post_mix24_mg2")?,
+                    get("hc_post_mix24_mg4")?,
+                    get("hc_post_mix24_mg8")?,
+                ],
+                [
+                    get("hc_post_mix4_mg1")?,
+                    get("hc_post_mix4_mg2")?,
+                    get("hc_post_mix4_mg4")?,
+                    get("hc_post_mix4_mg8")?,
                 ],
             ],
             hc_finish: [get("hc_finish24")?, get("hc_finish4")?],

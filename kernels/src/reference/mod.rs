@@ -1,6 +1,7 @@
 //! Plain f32 CPU references for every kernel, and the number-format codecs they share. Obvious loops on
 //! purpose: these define what the kernels must compute.
 pub mod formats;
+pub mod mhc;
 mod ops;
 pub mod prefill;
 pub mod split;

@@ -4,6 +4,7 @@ mod bf16_expert;
 mod common;
 mod expert;
 mod gemv;
+mod mhc;
 mod moe_route;
 mod norm_quant;
 mod prefill_attn;

@@ -209,9 +209,10 @@ fn project(
 ) -> Result<(), GpuError> {
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     let d = cfg.hidden_size;
-    // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims).
+    // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims); skipped
+    // when the caller's HCPre already wrote it (same bits, one launch fewer).
     let xq = st.official && layer.wq_a.act_quant();
-    if xq {
+    if xq && !sc.xq_ready {
         let p = AttnRowPrep {
             x: dptr(a, s),
             out: dptr_mut(&mut sc.xq, s),

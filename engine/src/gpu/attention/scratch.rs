@@ -19,6 +19,10 @@ pub struct AttnScratch {
     /// Blocks per row of the indexer scoring.
     pub score_blocks: Vec<usize>,
     pub xq: CudaSlice<bf16>,
+    /// The caller already wrote `xq` (the FP8 fake quantisation of this step's block input, official
+    /// numerics with FP8 wq_a: the decode HCPre does it in its finish kernel), so the projections skip
+    /// their own x-quant launch. Set per step by the caller; false by default.
+    pub xq_ready: bool,
     pub qr_f32: CudaSlice<f32>,
     pub kv_f32: CudaSlice<f32>,
     pub qr: CudaSlice<bf16>,
@@ -109,6 +113,7 @@ impl AttnScratch {
             splits,
             score_blocks,
             xq: s.alloc_zeros(r * d)?,
+            xq_ready: false,
             qr_f32: s.alloc_zeros(r * cfg.q_lora_rank)?,
             kv_f32: s.alloc_zeros(r * cfg.head_dim)?,
             qr: s.alloc_zeros(r * cfg.q_lora_rank)?,

@@ -5,7 +5,7 @@ use super::weights::{rank_moe_config, RankWeights};
 use crate::api::Numerics;
 use crate::gpu::attention::rank::{latent, project, RankOutScratch};
 use crate::gpu::attention::{decode_heads, AttnState};
-use crate::gpu::model::{hc_pre, head, run_block, Mixer};
+use crate::gpu::model::{flush_post, hc_head, hc_pre, head, run_block, Mixer, Post};
 use crate::gpu::moe;
 use crate::gpu::{RunnerError, Workspace};
 use crate::model::ModelConfig;
@@ -89,10 +89,14 @@ impl Rank {
     /// Layer mode: the rank's whole blocks, as unsplit.
     pub fn blocks(&mut self, rows: usize, numerics: Numerics) -> Result<(), RunnerError> {
         let (g, cfg, ws) = (&self.gpu, &self.cfg, &mut self.ws);
+        let mut post = Post::None;
         for (blk, state) in self.w.blocks.iter().zip(self.states.iter_mut()) {
-            run_block(g, cfg, blk, state, ws, rows, numerics, &mut |_, _| Ok(()))?;
+            post = run_block(g, cfg, blk, state, ws, rows, numerics, post, &mut |_, _| {
+                Ok(())
+            })?;
         }
-        Ok(())
+        // The streams leave the rank: the last block's HCPost has no HCPre here to fuse into.
+        flush_post(g, cfg, ws, rows, post)
     }
 
     /// Tensor mode, local block `i`: HCPre + norm, the rank's heads, their latents.
@@ -104,7 +108,8 @@ impl Rank {
     ) -> Result<(), RunnerError> {
         let (g, cfg, ws) = (&self.gpu, &self.cfg, &mut self.ws);
         let (blk, tp) = (&self.w.blocks[i], &self.w.tp[i]);
-        hc_pre(g, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, Mixer::Attn)?;
+        let (mixer, norm) = (Mixer::Attn { quant: false }, &blk.attn_norm);
+        hc_pre(g, cfg, ws, rows, &blk.hc_attn, norm, mixer, Post::None)?;
         let s = &g.stream;
         let state = &mut self.states[i];
         decode_heads(
@@ -177,6 +182,7 @@ impl Rank {
             &blk.hc_ffn,
             &blk.ffn_norm,
             Mixer::Ffn { quant },
+            Post::None,
         )?;
         moe::gate_route(g, cfg, &blk.moe, ws, rows)?;
         let (s, k, d) = (&g.stream, cfg.num_experts_per_tok, cfg.hidden_size);
@@ -202,7 +208,7 @@ impl Rank {
             .head
             .as_ref()
             .ok_or_else(|| RunnerError::Split(format!("rank {} has no head", self.w.rank)))?;
-        hc_pre(g, cfg, ws, rows, &h.hc_head, &h.norm, Mixer::Head)?;
+        hc_head(g, cfg, ws, rows, &h.hc_head, &h.norm, Post::None)?;
         head(g, cfg, &h.head, ws, rows)
     }
 }

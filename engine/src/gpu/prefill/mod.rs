@@ -20,7 +20,7 @@ pub(crate) use plan::Plan;
 pub use ws::PrefillWs;
 
 use super::attention::{AttnLayer, AttnState};
-use super::model::{hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer};
+use super::model::{hc_head, hc_pre, GpuModel, HcBufs, HcWorkspace, Mixer, Post};
 use super::weights::BlockDev;
 use super::RunnerError;
 use crate::api::Numerics;
@@ -134,7 +134,7 @@ impl GpuModel {
         let plan = self.prefill_blocks(ws, segs, &mut |_| Ok(()))?;
         let (ctx, cfg, w) = (&self.ctx, &self.cfg, &self.weights);
         let (rows, v, d) = (plan.rows, cfg.vocab_size, cfg.hidden_size);
-        hc_pre(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Mixer::Head)?;
+        hc_head(ctx, cfg, ws, rows, &w.hc_head, &w.norm, Post::None)?;
         let s = &ctx.stream;
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
         let job = gemm::Job::bf16(
@@ -222,29 +222,17 @@ pub(crate) fn run_blocks(
         plan,
         official,
     };
+    // HCPost as its own launch here (the prefill workspace has no scratch streams to fuse it into the
+    // next HCPre; one launch is negligible next to the 8K-row work).
+    let (attn, ffn) = (Mixer::Attn { quant: false }, Mixer::Ffn { quant: official });
     for (blk, state) in b.blocks.iter().zip(b.states.iter_mut()) {
-        hc_pre(
-            ctx,
-            cfg,
-            ws,
-            rows,
-            &blk.hc_attn,
-            &blk.attn_norm,
-            Mixer::Attn,
-        )?;
+        let none = Post::None;
+        hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, none)?;
         hook("hc_pre.attn")?;
         attn::attention(&c, &blk.attn, state, ws, hook)?;
         ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
         hook("hc_post.attn")?;
-        hc_pre(
-            ctx,
-            cfg,
-            ws,
-            rows,
-            &blk.hc_ffn,
-            &blk.ffn_norm,
-            Mixer::Ffn { quant: official },
-        )?;
+        hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, none)?;
         hook("hc_pre.ffn")?;
         moe::forward(&c, cfg, &blk.moe, ws, hook)?;
         let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
@@ -275,11 +263,17 @@ pub(crate) fn last_rows_to(
 impl HcWorkspace for PrefillWs {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
-            x: &self.x,
+            x: &mut self.x,
+            // No scratch streams: prefill runs each HCPost as its own launch.
+            x_post: None,
             hc_ws: &mut self.hc_ws,
             mix: &mut self.mix,
             a: &mut self.a,
             aq: &mut self.aq,
+            xq: None,
+            attn_out: &self.attn_out,
+            y_routed: &self.moe.y_routed,
+            y_shared: &self.moe.y_shared,
         }
     }
 }

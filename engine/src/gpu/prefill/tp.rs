@@ -11,7 +11,7 @@ use super::{PrefillHook, PrefillWs};
 use crate::api::Numerics;
 use crate::gpu::attention::rank::RankOut;
 use crate::gpu::attention::{dptr, dptr_mut, AttnState};
-use crate::gpu::model::{hc_pre, Mixer};
+use crate::gpu::model::{hc_pre, Mixer, Post};
 use crate::gpu::weights::BlockDev;
 use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
@@ -83,15 +83,8 @@ pub fn attn_heads(
     hook: PrefillHook<'_>,
 ) -> Result<(), RunnerError> {
     let (ctx, cfg, rows) = (tc.ctx, tc.cfg, tc.plan.rows);
-    hc_pre(
-        ctx,
-        cfg,
-        ws,
-        rows,
-        &blk.hc_attn,
-        &blk.attn_norm,
-        Mixer::Attn,
-    )?;
+    let (mixer, norm) = (Mixer::Attn { quant: false }, &blk.attn_norm);
+    hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, norm, mixer, Post::None)?;
     hook("hc_pre.attn")?;
     tc.with(|c| attn::heads(c, &blk.attn, state, ws, hook))?;
     let lora = cfg.o_lora_rank;
@@ -169,7 +162,16 @@ pub fn moe(
     let (rows, k, d) = (tc.plan.rows, cfg.num_experts_per_tok, cfg.hidden_size);
     let quant = tc.numerics == Numerics::Official;
     let mixer = Mixer::Ffn { quant };
-    hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, mixer)?;
+    hc_pre(
+        ctx,
+        cfg,
+        ws,
+        rows,
+        &blk.hc_ffn,
+        &blk.ffn_norm,
+        mixer,
+        Post::None,
+    )?;
     hook("hc_pre.ffn")?;
     tc.with(|c| moe::route(c, cfg, &blk.moe, ws))?;
     ctx.launch_moe_localize(s, rows * k, experts.clone(), &ws.moe.ids, &mut tp.local)?;
