@@ -1,8 +1,9 @@
 //! One decode step on the device for `rows` rows (each a sequence slot feeding one token at its
 //! position): embed -> per block (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost)
 //! -> HCHead+norm -> head -> argmax. Each HCPost runs fused into the HCPre that follows it (the block's
-//! ffn mixer, the next block's attention mixer, the HC head): see [`Post`]. Everything is enqueued on `ctx.stream` with no host sync, no
-//! allocation and per-step values read from device buffers, so the step can be captured as a graph.
+//! ffn mixer, the next block's attention mixer, the HC head): see [`Post`]. Everything is enqueued on
+//! `ctx.stream` (the MoE's shared expert on the workspace's side stream, joined back) with no host sync,
+//! no allocation and per-step values read from device buffers, so the step can be captured as a graph.
 
 use super::attention::{self, AttnState};
 use super::moe::{self, Hook};
