@@ -1,0 +1,261 @@
+// mHC: the end of each pre-mixer (spec 2.3), hc_finish{24,4}, after hc_mix_partial / hc_post_mix (mhc.cu holds
+// the math, the layouts and the partial kernels).
+//
+// Launch:  grid rows, block 288 = 9 warps, one block per row. Warps 0-7 sum the row's chunk partials (each lane
+//          its chunks in chunk order, then a warp sum: deterministic); then warp 8 computes post and the
+//          Sinkhorn comb (M == 24, one matrix element per lane) while warps 0-7 collapse the streams with pre
+//          (each thread evaluates the 4 pre coefficients itself), RMS-normalise and (yq) FP8-fake-quantise:
+//          for the expert GEMVs from the f32 normalised values (ffn mixer), for the attention's FP8 wq_a/wkv
+//          from the bf16 output (attention mixer; replaces the attention's own x-quant launch). After
+//          hc_post_mix it also copies the scratch streams back into X (xcopy).
+// Latency: at batch 1 the kernel is one block, i.e. a chain of dependent memory round trips, so every phase
+//          issues all of its loads before the first use: the copy-back's loads together with the partial
+//          sums' loads (all of a warp's mixes at once), the 4 x 16 stream values of a thread's 16 collapse
+//          columns, the norm weights of each output phase. v4 looped with one or two loads per trip and took
+//          ~13 us per call at batch 1 (86 calls per step). Arithmetic and order are those of v4: the same bits.
+// Depends on f32_to_e4m3 / e4m3_to_f32 (act_quant.cu), mhc_sigmoid / mhc_sinkhorn_lane (mhc.cu); fq_block is
+//          also used by moe_route.cu (later in the sorted translation unit).
+// Constraints: n = 4, D % 8 == 0, D <= MHC_MAX_D (checked on the host).
+#include "common.cuh"
+
+#define MHC_FIN_WARPS 8  // collapse warps; warp 8 runs Sinkhorn
+#define MHC_COPY_U 8     // 16-byte copy-back loads in flight per thread
+#define MHC_COL_U 16     // collapse / output columns per thread per round (D = 4096: one round)
+#define MHC_SUM_U 4      // chunks per lane per partial-sum round (4D = 16384: one round)
+
+// Barrier of the 8 collapse warps of hc_finish (warp 8 runs Sinkhorn meanwhile and never joins).
+__device__ __forceinline__ void mhc_bar8() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+// Sum over the 8 collapse warps, in a fixed order.
+__device__ __forceinline__ float mhc_block_sum(float v, float* sh) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    mhc_bar8();  // sh may still be read from a previous use
+    if (lane == 0) sh[warp] = v;
+    mhc_bar8();
+    float r = 0.f;
+#pragma unroll
+    for (int i = 0; i < MHC_FIN_WARPS; ++i) r += sh[i];
+    return r;
+}
+
+// FP8 fake quantisation (spec 5 act_quant, f32 in) of the 4 values a lane holds of one 128-block; invalid
+// values are 0. Also used by moe_route.cu.
+__device__ __forceinline__ void fq_block(float* v) {
+    float amax = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[q]));
+    amax = fmaxf(warp_max(amax), 1e-4f);
+    const u32 rb = __float_as_uint(amax / 448.0f);
+    const u32 se = ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
+    const float s = __uint_as_float(se << 23);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float c = fminf(fmaxf(v[q] / s, -448.f), 448.f);
+        v[q] = e4m3_to_f32(f32_to_e4m3(c)) * s;
+    }
+}
+
+// Sums of the row's partials into sred[0..M] (warps 0-7, warp w: mixes w, w + 8, ...). A lane adds its chunks
+// lane, lane + 32, ... in that order (the round size only batches the loads), then one warp sum per mix.
+template <int M>
+__device__ __forceinline__ void mhc_partial_sums(const float* __restrict__ ws, int chunks, int rows, int row,
+                                                 float* sred) {
+    constexpr int MW = (M + MHC_FIN_WARPS) / MHC_FIN_WARPS;  // ceil((M + 1) / 8) mixes per warp
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (warp >= MHC_FIN_WARPS) return;
+    float s[MW];
+#pragma unroll
+    for (int i = 0; i < MW; ++i) s[i] = 0.f;
+    for (int ch0 = lane; ch0 < chunks; ch0 += 32 * MHC_SUM_U) {
+        float v[MW][MHC_SUM_U];
+#pragma unroll
+        for (int i = 0; i < MW; ++i)
+#pragma unroll
+            for (int u = 0; u < MHC_SUM_U; ++u) {
+                const int m = warp + MHC_FIN_WARPS * i, ch = ch0 + 32 * u;
+                v[i][u] = m <= M && ch < chunks ? ws[((u64)ch * rows + row) * (M + 1) + m] : 0.f;
+            }
+#pragma unroll
+        for (int i = 0; i < MW; ++i)
+#pragma unroll
+            for (int u = 0; u < MHC_SUM_U; ++u)
+                if (warp + MHC_FIN_WARPS * i <= M && ch0 + 32 * u < chunks) s[i] += v[i][u];
+    }
+#pragma unroll
+    for (int i = 0; i < MW; ++i) {
+        const int m = warp + MHC_FIN_WARPS * i;
+        const float t = warp_sum(s[i]);
+        if (lane == 0 && m <= M) sred[m] = t;
+    }
+}
+
+// post and comb (Sinkhorn) of a block mixer into mix[row] (one warp).
+__device__ __forceinline__ void mhc_post_comb(const float* sred, float rho, const float* scale, const float* base,
+                                              float hc_eps, int iters, float* mo) {
+    const int lane = threadIdx.x & 31;
+    if (lane < MHC_N) mo[lane] = 2.f * mhc_sigmoid(sred[4 + lane] * rho * scale[1] + base[4 + lane]);
+    const float l = lane < 16 ? sred[8 + (lane & 15)] * rho * scale[2] + base[8 + (lane & 15)] : 0.f;
+    const float p = mhc_sinkhorn_lane(l, hc_eps, iters);
+    if (lane < 16) mo[4 + lane] = p;
+}
+
+// The copy-back of n bf16 (n % 8 == 0, 16-byte aligned) in two halves, so that its loads are in flight while the
+// partial sums load: mhc_copy_load takes the first MHC_COPY_U rounds of the block, mhc_copy_store writes them and
+// copies whatever is left (rows wider than MHC_COPY_U x 16 B x 288 threads) in further rounds.
+__device__ __forceinline__ void mhc_copy_load(const u16* __restrict__ src, int n, uint4* v) {
+    const uint4* s = (const uint4*)src;
+#pragma unroll
+    for (int u = 0; u < MHC_COPY_U; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < (n >> 3)) v[u] = s[i];
+    }
+}
+
+__device__ __forceinline__ void mhc_copy_store(const u16* __restrict__ src, u16* __restrict__ dst, int n,
+                                               const uint4* v) {
+    const int n16 = n >> 3, first = MHC_COPY_U * blockDim.x;
+    uint4* d = (uint4*)dst;
+#pragma unroll
+    for (int u = 0; u < MHC_COPY_U; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < n16) d[i] = v[u];
+    }
+    for (int base = first; base < n16; base += first) {
+        uint4 w[MHC_COPY_U];
+        mhc_copy_load(src + (u64)base * 8, n - base * 8, w);
+#pragma unroll
+        for (int u = 0; u < MHC_COPY_U; ++u) {
+            const int i = base + threadIdx.x + u * blockDim.x;
+            if (i < n16) d[i] = w[u];
+        }
+    }
+}
+
+// a = bf16(sum_j pre_j x_j) at the thread's columns c = tid, tid + 256, ... into av; returns the thread's sum of
+// squares, added in column order.
+__device__ __forceinline__ float mhc_collapse(const u16* __restrict__ xr, int D, const float* pre, float* av) {
+    float ss = 0.f;
+    for (int c0 = threadIdx.x; c0 < D; c0 += 256 * MHC_COL_U) {
+        u16 raw[MHC_COL_U][MHC_N];
+#pragma unroll
+        for (int u = 0; u < MHC_COL_U; ++u)
+#pragma unroll
+            for (int j = 0; j < MHC_N; ++j) {
+                const int c = c0 + 256 * u;
+                raw[u][j] = c < D ? xr[j * D + c] : (u16)0;
+            }
+#pragma unroll
+        for (int u = 0; u < MHC_COL_U; ++u) {
+            const int c = c0 + 256 * u;
+            if (c >= D) continue;
+            float a = 0.f;
+#pragma unroll
+            for (int j = 0; j < MHC_N; ++j) a += pre[j] * bf16_to_f32(raw[u][j]);
+            const float af = bf16_to_f32(f32_to_bf16(a));
+            ss += af * af;
+            av[c] = af;
+        }
+    }
+    return ss;
+}
+
+// y = bf16(norm_w * (a * inv)) at the thread's columns.
+__device__ __forceinline__ void mhc_store_y(const float* __restrict__ norm_w, const float* av, float inv, int D,
+                                            u16* __restrict__ yr) {
+    for (int c0 = threadIdx.x; c0 < D; c0 += 256 * MHC_COL_U) {
+        float w[MHC_COL_U];
+#pragma unroll
+        for (int u = 0; u < MHC_COL_U; ++u) w[u] = c0 + 256 * u < D ? norm_w[c0 + 256 * u] : 0.f;
+#pragma unroll
+        for (int u = 0; u < MHC_COL_U; ++u) {
+            const int c = c0 + 256 * u;
+            if (c < D) yr[c] = f32_to_bf16(w[u] * (av[c] * inv));
+        }
+    }
+}
+
+// The FP8 fake-quantised copy, one 128-block per warp at a time (blocks warp, warp + 8, ...): from the f32
+// normalised values, or (yq_bf16) from the bf16 output y, the same bits as attn_row_prep of y.
+__device__ __forceinline__ void mhc_store_yq(const float* __restrict__ norm_w, const float* av, float inv, int D,
+                                             int yq_bf16, u16* __restrict__ yqr) {
+    constexpr int BU = MHC_MAX_D / (MHC_FIN_WARPS * 128);  // a warp's blocks per round
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int b00 = warp * 128; b00 < D; b00 += MHC_FIN_WARPS * 128 * BU) {
+        float w[BU][4];
+#pragma unroll
+        for (int bu = 0; bu < BU; ++bu)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = b00 + bu * MHC_FIN_WARPS * 128 + q * 32 + lane;
+                w[bu][q] = c < D ? norm_w[c] : 0.f;
+            }
+#pragma unroll
+        for (int bu = 0; bu < BU; ++bu) {
+            const int b0 = b00 + bu * MHC_FIN_WARPS * 128;
+            if (b0 >= D) break;  // warp-uniform: fq_block's shuffles see the whole warp
+            float v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = b0 + q * 32 + lane;
+                const float o = c < D ? w[bu][q] * (av[c] * inv) : 0.f;
+                v[q] = yq_bf16 ? bf16_to_f32(f32_to_bf16(o)) : o;
+            }
+            fq_block(v);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = b0 + q * 32 + lane;
+                if (c < D) yqr[c] = f32_to_bf16(v[q]);
+            }
+        }
+    }
+}
+
+template <int M>
+__device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
+                                int D, const float* scale, const float* base, const float* __restrict__ norm_w,
+                                float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
+                                u16* __restrict__ yq, int yq_bf16, u16* __restrict__ xcopy) {
+    __shared__ float sred[M + 1];
+    __shared__ float sh[MHC_FIN_WARPS];
+    __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
+    const int row = blockIdx.x, warp = threadIdx.x >> 5, nd = MHC_N * D;
+    const u16* xr = X + (u64)row * nd;
+    uint4 cp[MHC_COPY_U];
+    if (xcopy) mhc_copy_load(xr, nd, cp);
+    float s0 = 0.f, bj[MHC_N];  // weights: loaded beside the partials
+    if (warp < MHC_FIN_WARPS) {
+        s0 = scale[0];
+#pragma unroll
+        for (int j = 0; j < MHC_N; ++j) bj[j] = base[j];
+    }
+    mhc_partial_sums<M>(ws, chunks, rows, row, sred);
+    if (xcopy) mhc_copy_store(xr, xcopy + (u64)row * nd, nd, cp);
+    __syncthreads();
+    const float rho = 1.f / sqrtf(sred[M] / (float)nd + eps);
+    if (warp == MHC_FIN_WARPS) {
+        if (M == MHC_MIX) mhc_post_comb(sred, rho, scale, base, hc_eps, iters, mix + (u64)row * MHC_MIX);
+        return;
+    }
+    float pre[MHC_N];
+#pragma unroll
+    for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * s0 + bj[j]) + hc_eps;
+    const float ss = mhc_collapse(xr, D, pre, av);
+    const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
+    if (yq) mhc_store_yq(norm_w, av, inv, D, yq_bf16, yq + (u64)row * D);
+    mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
+}
+
+#define MHC_FINISH_KERNEL(M)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(288)                                                            \
+        hc_finish##M(const u16* X, const float* ws, int chunks, int rows, int D, const float* scale,             \
+                     const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix,     \
+                     u16* y, u16* yq, int yq_bf16, u16* xcopy) {                                                 \
+        pdl_trigger();                                                                                           \
+        pdl_wait();                                                                                              \
+        mhc_finish_body<M>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16, \
+                           xcopy);                                                                               \
+    }
+MHC_FINISH_KERNEL(24)
+MHC_FINISH_KERNEL(4)
+#undef MHC_FINISH_KERNEL
