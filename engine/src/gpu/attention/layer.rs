@@ -4,8 +4,9 @@
 //! all, norms/ape/sink as f32.
 use super::error::{ensure, GpuError};
 use super::rope::rope_freqs;
+use super::stack::{stack_compressors, AttnWeightSource};
 use crate::model::checkpoint::{Checkpoint, Dtype};
-use crate::model::{AttentionKind, ModelConfig, CSA_RATIO};
+use crate::model::{AttentionKind, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GemvWeights, GpuContext};
 use std::sync::Arc;
@@ -88,10 +89,6 @@ struct Loader<'a> {
 }
 
 impl Loader<'_> {
-    fn fp8(&self, prefix: &str) -> Result<Fp8Linear, GpuError> {
-        upload_linear(self.stream, self.ck, prefix)
-    }
-
     /// `wo_a` `[G·L, K]` as G weights `[L, K]`, each with its own scale rows (FP8) or none (bf16).
     fn fp8_groups(&self, prefix: &str, groups: usize) -> Result<Vec<Fp8Linear>, GpuError> {
         let name = format!("{prefix}.weight");
@@ -134,44 +131,24 @@ impl Loader<'_> {
             })
             .collect()
     }
+}
 
-    fn f32(&self, name: &str) -> Result<CudaSlice<f32>, GpuError> {
-        Ok(self.stream.clone_htod(&self.ck.load_f32(name)?.data)?)
-    }
+impl AttnWeightSource for Loader<'_> {
+    type Error = GpuError;
 
-    /// Appends the rows of a bf16-stored linear (exact: loaded as f32, rounded back).
-    fn bf16_rows(&self, name: &str, into: &mut Vec<bf16>) -> Result<usize, GpuError> {
+    /// Exact: a bf16-stored tensor loaded as f32 and rounded back.
+    fn bf16_rows(&mut self, name: &str, into: &mut Vec<bf16>) -> Result<usize, GpuError> {
         let t = self.ck.load_f32(name)?;
         into.extend(t.data.iter().map(|&v| bf16::from_f32(v)));
         Ok(t.shape.first().copied().unwrap_or(0))
     }
 
-    fn compressor(
-        &self,
-        p: &str,
-        ratio: usize,
-        dim: usize,
-        lin: &mut Vec<bf16>,
-        rows: &mut usize,
-    ) -> Result<CompressorDev, GpuError> {
-        let kv_off = *rows;
-        *rows += self.bf16_rows(&format!("{p}.wkv.weight"), lin)?;
-        let gate_off = *rows;
-        *rows += self.bf16_rows(&format!("{p}.wgate.weight"), lin)?;
-        let c = CompressorDev {
-            ape: self.f32(&format!("{p}.ape"))?,
-            norm: self.f32(&format!("{p}.norm.weight"))?,
-            ratio,
-            overlap: ratio == CSA_RATIO,
-            dim,
-            kv_off,
-            gate_off,
-        };
-        ensure(
-            gate_off - kv_off == c.width() && *rows - gate_off == c.width(),
-            || format!("`{p}`: wkv/wgate rows"),
-        )?;
-        Ok(c)
+    fn f32(&mut self, name: &str) -> Result<CudaSlice<f32>, GpuError> {
+        Ok(self.stream.clone_htod(&self.ck.load_f32(name)?.data)?)
+    }
+
+    fn fp8(&mut self, prefix: &str) -> Result<Fp8Linear, GpuError> {
+        upload_linear(self.stream, self.ck, prefix)
     }
 }
 
@@ -250,42 +227,13 @@ impl AttnLayer {
         ensure(layer < cfg.num_blocks(), || {
             format!("layer {layer} out of range")
         })?;
-        let ld = Loader {
+        let mut ld = Loader {
             stream: &ctx.stream,
             ck,
         };
         let p = format!("{}attn.", cfg.block_prefix(layer));
         let kind = cfg.attention_kind(layer);
-        let (mut lin, mut rows) = (Vec::new(), 0usize);
-        let comp = match kind {
-            AttentionKind::Window => None,
-            k => Some(ld.compressor(
-                &format!("{p}compressor"),
-                k.ratio(),
-                cfg.head_dim,
-                &mut lin,
-                &mut rows,
-            )?),
-        };
-        let index = match kind {
-            AttentionKind::Csa { ratio } => {
-                let comp = ld.compressor(
-                    &format!("{p}indexer.compressor"),
-                    ratio,
-                    cfg.index_head_dim,
-                    &mut lin,
-                    &mut rows,
-                )?;
-                let wts_off = rows;
-                rows += ld.bf16_rows(&format!("{p}indexer.weights_proj.weight"), &mut lin)?;
-                Some(IndexerDev {
-                    wq_b: ld.fp8(&format!("{p}indexer.wq_b"))?,
-                    comp,
-                    wts_off,
-                })
-            }
-            _ => None,
-        };
+        let st = stack_compressors(&mut ld, &p, kind, cfg)?;
         let layer = AttnLayer {
             layer,
             cfg: cfg.clone(),
@@ -299,14 +247,10 @@ impl AttnLayer {
             kv_norm: ld.f32(&format!("{p}kv_norm.weight"))?,
             sink: ld.f32(&format!("{p}attn_sink"))?,
             freqs: ctx.stream.clone_htod(&rope_freqs(cfg, layer))?,
-            lin: if lin.is_empty() {
-                None
-            } else {
-                Some(ctx.stream.clone_htod(&lin)?)
-            },
-            lin_rows: rows,
-            comp,
-            index,
+            lin: st.upload(&ctx.stream)?,
+            lin_rows: st.rows,
+            comp: st.comp,
+            index: st.index,
         };
         layer.check_dims(cfg)?;
         Ok(layer)

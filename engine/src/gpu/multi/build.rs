@@ -8,12 +8,13 @@ use super::weights::{
 };
 use crate::gpu::attention::rank::RankOut;
 use crate::gpu::attention::{
-    rope_freqs, AttnLayer, CompressorDev, Fp8Linear as AttnFp8, IndexerDev,
+    rope_freqs, stack_compressors, AttnLayer, AttnWeightSource, Fp8Linear as AttnFp8,
 };
 use crate::gpu::weights::{BlockDev, ExpertBank, Fp8Linear, HcDev, MoeDev};
 use crate::gpu::RunnerError;
-use crate::model::{AttentionKind, ExpertFormat, ModelConfig, CSA_RATIO};
+use crate::model::{ExpertFormat, ModelConfig};
 use crate::parallel::plan::{RankPlan, SplitMode, SplitPlan};
+use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{bf16, GpuContext};
 use std::sync::Arc;
 
@@ -115,38 +116,7 @@ impl Builder<'_> {
             self.cfg().clone()
         };
         let kind = cfg.attention_kind(layer);
-        let (mut lin, mut rows) = (Vec::new(), 0usize);
-        let comp = match kind {
-            AttentionKind::Window => None,
-            k => Some(self.compressor(
-                &format!("{p}compressor"),
-                k.ratio(),
-                cfg.head_dim,
-                &mut lin,
-                &mut rows,
-            )?),
-        };
-        let index = match kind {
-            AttentionKind::Csa { ratio } => {
-                let id = cfg.index_head_dim;
-                let comp = self.compressor(
-                    &format!("{p}indexer.compressor"),
-                    ratio,
-                    id,
-                    &mut lin,
-                    &mut rows,
-                )?;
-                let wts_off = rows;
-                rows += self.bf16_rows(&format!("{p}indexer.weights_proj.weight"), &mut lin)?;
-                let wq_b = self.st.fp8(self.gpu, &format!("{p}indexer.wq_b"))?;
-                Some(IndexerDev {
-                    wq_b,
-                    comp,
-                    wts_off,
-                })
-            }
-            _ => None,
-        };
+        let st = stack_compressors(self, p, kind, &cfg)?;
         let wo_a = self.st.fp8_parts(self.gpu, &format!("{p}wo_a"))?;
         let (wo_a, wo_b, out) = if tensor {
             let out = self.rank_out(&format!("{p}wo_b"))?;
@@ -168,14 +138,10 @@ impl Builder<'_> {
             kv_norm: self.st.dev_f32(g, &format!("{p}kv_norm.weight"))?,
             sink: self.st.dev_f32(g, &format!("{p}attn_sink"))?,
             freqs: g.stream.clone_htod(&rope_freqs(&cfg, layer))?,
-            lin: if lin.is_empty() {
-                None
-            } else {
-                Some(g.stream.clone_htod(&lin)?)
-            },
-            lin_rows: rows,
-            comp,
-            index,
+            lin: st.upload(&g.stream)?,
+            lin_rows: st.rows,
+            comp: st.comp,
+            index: st.index,
             cfg,
         };
         if !tensor {
@@ -198,41 +164,6 @@ impl Builder<'_> {
             exchange: self.plan.exchange_latent,
             total_groups: self.cfg().o_groups,
         })
-    }
-
-    /// Appends the rows of a BF16 linear to the stacked projection; returns its row count.
-    fn bf16_rows(&mut self, name: &str, into: &mut Vec<bf16>) -> Result<usize, RunnerError> {
-        let v = self.st.host_f32(name)?;
-        let n = v.len() / self.cfg().hidden_size;
-        into.extend(v.iter().map(|&x| bf16::from_f32(x)));
-        Ok(n)
-    }
-
-    fn compressor(
-        &mut self,
-        p: &str,
-        ratio: usize,
-        dim: usize,
-        lin: &mut Vec<bf16>,
-        rows: &mut usize,
-    ) -> Result<CompressorDev, RunnerError> {
-        let kv_off = *rows;
-        *rows += self.bf16_rows(&format!("{p}.wkv.weight"), lin)?;
-        let gate_off = *rows;
-        *rows += self.bf16_rows(&format!("{p}.wgate.weight"), lin)?;
-        let c = CompressorDev {
-            ape: self.st.dev_f32(self.gpu, &format!("{p}.ape"))?,
-            norm: self.st.dev_f32(self.gpu, &format!("{p}.norm.weight"))?,
-            ratio,
-            overlap: ratio == CSA_RATIO,
-            dim,
-            kv_off,
-            gate_off,
-        };
-        if gate_off - kv_off != c.width() || *rows - gate_off != c.width() {
-            return Err(RunnerError::Split(format!("`{p}`: wkv/wgate rows")));
-        }
-        Ok(c)
     }
 
     fn moe(&mut self, layer: usize, p: &str) -> Result<MoeDev, RunnerError> {
@@ -342,4 +273,23 @@ fn split_groups(
             })
         })
         .collect()
+}
+
+impl AttnWeightSource for Builder<'_> {
+    type Error = RunnerError;
+
+    fn bf16_rows(&mut self, name: &str, into: &mut Vec<bf16>) -> Result<usize, RunnerError> {
+        let v = self.st.host_f32(name)?;
+        let n = v.len() / self.cfg().hidden_size;
+        into.extend(v.iter().map(|&x| bf16::from_f32(x)));
+        Ok(n)
+    }
+
+    fn f32(&mut self, name: &str) -> Result<CudaSlice<f32>, RunnerError> {
+        self.st.dev_f32(self.gpu, name)
+    }
+
+    fn fp8(&mut self, prefix: &str) -> Result<AttnFp8, RunnerError> {
+        self.st.fp8(self.gpu, prefix)
+    }
 }
