@@ -6,7 +6,9 @@ use super::RunnerError;
 use crate::model::ModelConfig;
 use std::sync::Arc;
 
-use dsv4_kernels::cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use dsv4_kernels::cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits,
+};
 use dsv4_kernels::{
     bf16, hc_workspace_len, moe_group_meta_len, GemvScratch, GemvWeights, GpuContext, HC_MIX,
     HC_STREAMS,
@@ -68,7 +70,7 @@ pub struct SideStream {
 }
 
 impl SideStream {
-    fn new(ctx: &GpuContext) -> Result<Self, RunnerError> {
+    pub(crate) fn new(ctx: &GpuContext) -> Result<Self, DriverError> {
         Ok(SideStream {
             stream: ctx.ctx.new_stream()?,
             fork: ctx.ctx.new_event(None)?,

@@ -8,7 +8,7 @@ use super::error::{ensure, GpuError};
 use super::layer::AttnLayer;
 use super::scratch::AttnScratch;
 use super::state::{AttnState, StepMeta};
-use super::step::{Job, StageMarks, Step};
+use super::step::{grouped_gemv, Job, StageMarks, Step};
 use super::{dptr, dptr_mut, stages};
 use crate::api::Numerics;
 use crate::model::ModelConfig;
@@ -207,6 +207,7 @@ fn project(
     a: &CudaSlice<bf16>,
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
+    fork_lin(st, layer, a, sc)?;
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     let d = cfg.hidden_size;
     // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims); skipped
@@ -317,18 +318,49 @@ fn project(
     // head_dim] with meta slots < slots; iq_f32 / iq rows x index heads x index dim; positions rows ints.
     unsafe { st.ctx.launch_attn_vec_prep(s, rows, &jobs[..n]) }?;
     st.mark("q/kv prep")?;
-    if let Some(lin) = &layer.lin {
-        // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16.
-        let job = Job {
-            x: dptr(a, s),
-            w: dptr(lin, s),
-            out: dptr_mut(&mut sc.proj, s),
-            n: layer.lin_rows,
-            ..Default::default()
-        };
-        st.gemv(GemvWeights::Bf16, d, false, &[job], sc)?;
-        st.mark("bf16 lin")?;
+    if layer.lin.is_some() {
+        st.s.wait(&sc.lin_side.join)?;
+        st.mark("bf16 lin (side stream, joined)")?;
     }
+    Ok(())
+}
+
+/// The stacked bf16 compressor/indexer projection of the block input `a` (not the FP8-quantised xq: the
+/// compressors and weights_proj run in bf16) into `sc.proj`, on the side stream: forked from the work stream
+/// here, joined back at the end of [`project`] before the compressors read it. The chains write disjoint
+/// buffers (the side one only `proj` and its own split-K scratch), so eager runs and graph replays (the fork
+/// becomes parallel branches) give the same bits.
+fn fork_lin(
+    st: &Step<'_>,
+    layer: &AttnLayer,
+    a: &CudaSlice<bf16>,
+    sc: &mut AttnScratch,
+) -> Result<(), GpuError> {
+    let Some(lin) = &layer.lin else {
+        return Ok(());
+    };
+    let side = sc.lin_side.stream.clone();
+    sc.lin_side.fork.record(st.s)?;
+    side.wait(&sc.lin_side.fork)?;
+    let job = Job {
+        x: dptr(a, &side),
+        w: dptr(lin, &side),
+        out: dptr_mut(&mut sc.proj, &side),
+        n: layer.lin_rows,
+        ..Default::default()
+    };
+    let d = st.cfg.hidden_size;
+    grouped_gemv(
+        st.ctx,
+        &side,
+        st.rows,
+        GemvWeights::Bf16,
+        d,
+        false,
+        &[job],
+        &mut sc.gemv_lin,
+    )?;
+    sc.lin_side.join.record(&side)?;
     Ok(())
 }
 

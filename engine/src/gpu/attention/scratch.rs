@@ -1,6 +1,7 @@
 //! Per-step scratch buffers of the attention block, sized once for `max_rows` rows (no allocation in
 //! `decode`, so a captured graph replays with the same addresses).
 use super::error::{ensure, GpuError};
+use crate::gpu::workspace::SideStream;
 use crate::model::ModelConfig;
 use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
 use dsv4_kernels::cudarc::driver::CudaSlice;
@@ -40,6 +41,10 @@ pub struct AttnScratch {
     pub u: CudaSlice<bf16>,
     /// Split-K partials and arrival counters of the grouped GEMVs (counters zero between launches).
     pub gemv: GemvScratch,
+    /// The stacked bf16 compressor/indexer projection runs on this side stream beside the q/kv chain (it
+    /// reads only the block input), with its own split-K scratch.
+    pub lin_side: SideStream,
+    pub gemv_lin: GemvScratch,
 }
 
 /// Workspace and counter lengths of one grouped GEMV over groups of `ns` rows at batch `rows`.
@@ -105,9 +110,15 @@ impl AttnScratch {
                 gemv_need(sms, r, &[d], lora, wt),
             ]);
         }
-        needs.extend((1..=lin_max).map(|n| gemv_need(sms, r, &[n], d, bf)));
-        let ws = needs.iter().map(|w| w.0).max().unwrap_or(0).max(1);
-        let cnt = needs.iter().map(|w| w.1).max().unwrap_or(0).max(1);
+        let lin: Vec<_> = (1..=lin_max)
+            .map(|n| gemv_need(sms, r, &[n], d, bf))
+            .collect();
+        let largest = |v: &[(usize, usize)]| {
+            let ws = v.iter().map(|w| w.0).max().unwrap_or(0).max(1);
+            (ws, v.iter().map(|w| w.1).max().unwrap_or(0).max(1))
+        };
+        let (ws, cnt) = largest(&needs);
+        let (lin_ws, lin_cnt) = largest(&lin);
         Ok(AttnScratch {
             max_rows,
             splits,
@@ -129,6 +140,8 @@ impl AttnScratch {
             u_f32: s.alloc_zeros(r * lora)?,
             u: s.alloc_zeros(r * lora)?,
             gemv: GemvScratch::new(s, ws, cnt)?,
+            lin_side: SideStream::new(ctx)?,
+            gemv_lin: GemvScratch::new(s, lin_ws, lin_cnt)?,
         })
     }
 }
