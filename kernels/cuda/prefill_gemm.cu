@@ -28,6 +28,13 @@
 //          expert (bm 64) ~117 TFLOP/s (227 ms); an 8192-token call (bm 128 experts) ~170 TFLOP/s. A 32-row
 //          expert tile for short calls (1K prompt: ~24 rows per expert) was slower than 64 (TTFT 273 -> 297 ms):
 //          each tile converts its expert's weights whatever its rows, so fewer rows per tile only adds tiles.
+//          Now (one call, 43 layers): 1K prompt TTFT 280 ms (routed 152, attn.proj 34, attn.out 28, shared 11),
+//          8K prompt 5073 tok/s (routed 618, attn.proj 227, attn.out 212, shared 79).
+// Tried, not kept (kernels/BENCH_NOTES.md "Prefill GEMM"): a 3-4 stage cp.async ring of the weights as stored
+//          (converted from shared memory): slower (1K 309 ms, 8K 4849 tok/s); skipping the mma of 16-row slices
+//          past a tile's rows (warps split wm = warp / 4): 1K routed 152 -> 146 ms but every 8K GEMM 3-5% slower.
+//          FP8 mma.sync (m16n8k32 e4m3) is no faster here: on sm_90 ptxas lowers it to F2FP unpacks + two f16
+//          HMMA.16816 (native QMMA only on sm_89 / sm_120); Hopper's FP8 rate needs wgmma (sm_90a).
 #include "common.cuh"
 
 #define PF_BN 128
@@ -116,15 +123,19 @@ __device__ __forceinline__ void pf_async_w_bf16(const PfGemm& p, int g, int n0, 
     }
 }
 
-// This block's row tile: first row m0 (dense) or tile index into `order` (expert), its row count and expert.
-// False when the block has no work (n past this group's N, or an expert tile past tiles[0]).
-template <int BM, bool EXPERT>
-__device__ __forceinline__ bool pf_tile(const PfGemm& p, int& m0, int& rows, int& expert) {
-    expert = 0;
-    if ((int)blockIdx.y * PF_BN >= p.n[blockIdx.z]) return false;
+template <int MT, int WT, bool EXPERT>
+__device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
+    extern __shared__ __align__(16) u8 pf_dyn_smem[];
+    constexpr int BM = 32 * MT;
+    u16* As = (u16*)pf_dyn_smem;         // [2][BM][PF_LDS]
+    u16* Bs = As + 2 * BM * PF_LDS;      // [2][PF_BN][PF_LDS]
+    const int g = blockIdx.z, N = p.n[g];
+    const int n0 = blockIdx.y * PF_BN;
+    if (n0 >= N) return;
+    int m0, rows, expert = 0;
     if (EXPERT) {
         const int tile = blockIdx.x;
-        if (tile >= p.tiles[0]) return false;
+        if (tile >= p.tiles[0]) return;
         expert = p.tiles[1 + 3 * tile];
         m0 = p.tiles[2 + 3 * tile];
         rows = p.tiles[3 + 3 * tile];
@@ -132,88 +143,7 @@ __device__ __forceinline__ bool pf_tile(const PfGemm& p, int& m0, int& rows, int
         m0 = blockIdx.x * BM;
         rows = min(BM, p.M - m0);
     }
-    return true;
-}
-
-// Global x row of this thread's j-th 16-byte chunk row ((tid + 256 j) / 8 of the tile), or x itself when the
-// row is past the tile (`ok` false then).
-template <bool EXPERT>
-__device__ __forceinline__ const u16* pf_x_row(const PfGemm& p, int m0, int rows, int row, bool& ok) {
-    const u16* x = p.x[blockIdx.z];
-    ok = row < rows;
-    u64 xr = 0;
-    if (ok) {
-        if (EXPERT) {
-            const int slot = p.order[m0 + row];
-            xr = (u64)(p.x_per_slot ? slot : slot / p.topk);
-        } else {
-            xr = (u64)(m0 + row);
-        }
-    }
-    return x + xr * p.K;
-}
-
-// One 64-wide K tile of mma: the warp's (16*MT) x 32 accumulators += At[BM][PF_LDS] x Bt[128][PF_LDS]^T.
-template <int MT>
-__device__ __forceinline__ void pf_mma_ktile(const u16* At, const u16* Bt, int wm, int wn, float (&acc)[MT][4][4]) {
-#pragma unroll
-    for (int ks = 0; ks < PF_BK / 16; ++ks) {
-        u32 a[MT][4], b[4][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) pf_frag_a(At, PF_LDS, wm * MT * 16 + mt * 16, ks * 16, a[mt]);
-        pf_frag_b(Bt, PF_LDS, wn * 32, ks * 16, b[0], b[1]);
-        pf_frag_b(Bt, PF_LDS, wn * 32 + 16, ks * 16, b[2], b[3]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) pf_mma(acc[mt][nt], a[mt], b[nt]);
-    }
-}
-
-// Writes the warp's accumulators to y (rows past the tile and columns past N skipped).
-template <int MT, bool EXPERT>
-__device__ __forceinline__ void pf_store_acc(const PfGemm& p, int m0, int rows, int n0, int wm, int wn,
-                                             const float (&acc)[MT][4][4]) {
-    const int g = blockIdx.z, N = p.n[g], lane = threadIdx.x & 31;
-    const int gq = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = wm * MT * 16 + mt * 16 + gq + h * 8;
-            if (r >= rows) continue;
-            const u64 orow = EXPERT ? (u64)p.order[m0 + r] : (u64)(m0 + r);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                const int c = n0 + wn * 32 + nt * 8 + 2 * t;
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-                    if (c + i < N) store_out(p.out[g], orow * N + c + i, acc[mt][nt][h * 2 + i], p.out_bf16);
-            }
-        }
-}
-
-template <int MT>
-__device__ __forceinline__ void pf_zero_acc(float (&acc)[MT][4][4]) {
-#pragma unroll
-    for (int i = 0; i < MT; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
-}
-
-template <int MT, int WT, bool EXPERT>
-__device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
-    extern __shared__ __align__(16) u8 pf_dyn_smem[];
-    constexpr int BM = 32 * MT;
-    u16* As = (u16*)pf_dyn_smem;         // [2][BM][PF_LDS]
-    u16* Bs = As + 2 * BM * PF_LDS;      // [2][PF_BN][PF_LDS]
-    int m0, rows, expert;
-    if (!pf_tile<BM, EXPERT>(p, m0, rows, expert)) return;
-    const int g = blockIdx.z, N = p.n[g];
-    const int n0 = blockIdx.y * PF_BN;
-    const int tid = threadIdx.x, warp = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp & 1, wn = warp >> 1, K = p.K;
     const u16* x = p.x[g];
 
@@ -221,7 +151,20 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
     const u16* arow[MT];
     bool aok[MT];
 #pragma unroll
-    for (int j = 0; j < MT; ++j) arow[j] = pf_x_row<EXPERT>(p, m0, rows, (tid + 256 * j) >> 3, aok[j]);
+    for (int j = 0; j < MT; ++j) {
+        const int row = (tid + 256 * j) >> 3;
+        aok[j] = row < rows;
+        u64 xr = 0;
+        if (aok[j]) {
+            if (EXPERT) {
+                const int slot = p.order[m0 + row];
+                xr = (u64)(p.x_per_slot ? slot : slot / p.topk);
+            } else {
+                xr = (u64)(m0 + row);
+            }
+        }
+        arow[j] = x + xr * K;
+    }
     auto load_a = [&](int stage, int k0) {
         u16* dst = As + stage * BM * PF_LDS;
 #pragma unroll
@@ -233,7 +176,12 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
     };
 
     float acc[MT][4][4];
-    pf_zero_acc<MT>(acc);
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.f;
 
     const int ktiles = (K + PF_BK - 1) / PF_BK;
     PfWeightRegs<WT> wr;
@@ -257,11 +205,40 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
             pf_wait<0>();
         }
         __syncthreads();
-        pf_mma_ktile<MT>(As + cur * BM * PF_LDS, Bs + cur * PF_BN * PF_LDS, wm, wn, acc);
+        const u16* At = As + cur * BM * PF_LDS;
+        const u16* Bt = Bs + cur * PF_BN * PF_LDS;
+#pragma unroll
+        for (int ks = 0; ks < PF_BK / 16; ++ks) {
+            u32 a[MT][4], b[4][2];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) pf_frag_a(At, PF_LDS, wm * MT * 16 + mt * 16, ks * 16, a[mt]);
+            pf_frag_b(Bt, PF_LDS, wn * 32, ks * 16, b[0], b[1]);
+            pf_frag_b(Bt, PF_LDS, wn * 32 + 16, ks * 16, b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 4; ++nt) pf_mma(acc[mt][nt], a[mt], b[nt]);
+        }
         if (next && WT != PF_WT_BF16) pf_store_w<WT>(wr, Bs + (cur ^ 1) * PF_BN * PF_LDS);
         __syncthreads();
     }
-    pf_store_acc<MT, EXPERT>(p, m0, rows, n0, wm, wn, acc);
+
+    const int gq = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = wm * MT * 16 + mt * 16 + gq + h * 8;
+            if (r >= rows) continue;
+            const u64 orow = EXPERT ? (u64)p.order[m0 + r] : (u64)(m0 + r);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                const int c = n0 + wn * 32 + nt * 8 + 2 * t;
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    if (c + i < N) store_out(p.out[g], orow * N + c + i, acc[mt][nt][h * 2 + i], p.out_bf16);
+            }
+        }
 }
 
 // Two blocks per SM (128 registers a thread) for every tile size: one 8-warp block alone cannot hide the

@@ -20,11 +20,9 @@ fn dim_index(dims: &[usize], d: usize, what: &str) -> Result<usize> {
 }
 
 impl GpuContext {
-    /// Prefill GEMM over the first `groups` groups of `p`, with `bm`-row tiles (64 or 128): the pipelined
-    /// kernels (prefill_gemm_pipe.cu) where the device has them and they take this K (unless `DSV4_PF_PIPE=0`),
-    /// else the two-stage ones (prefill_gemm.cu); both give the same results. Dense: `m_tiles` = ceil(M / bm).
-    /// Expert (`PfWeights::Fp4Expert`): `m_tiles` = the most row tiles `p.tiles` may hold (blocks past its
-    /// count exit).
+    /// Prefill GEMM (prefill_gemm.cu) over the first `groups` groups of `p`, with `bm`-row tiles (64 or 128).
+    /// Dense: `m_tiles` = ceil(M / bm). Expert (`PfWeights::Fp4Expert`): `m_tiles` = the most row tiles
+    /// `p.tiles` may hold (blocks past its count exit).
     ///
     /// # Safety
     /// For g < groups: `p.x[g]` holds the rows it reads (`M*K` bf16; expert mode: every row `order` names),
@@ -39,34 +37,7 @@ impl GpuContext {
         m_tiles: usize,
         p: &PfGemm,
     ) -> Result<()> {
-        let pf = &self.kernels.prefill;
-        let pipe = pf.pipe_on && pf.pipe.is_some() && pf_pipe_takes(wt, p.k.max(0) as usize);
-        // SAFETY: the caller's contract.
-        unsafe { self.launch_pf_gemm_variant(s, wt, bm, groups, m_tiles, p, pipe) }
-    }
-
-    /// Whether this device runs the pipelined prefill GEMM (`launch_pf_gemm_variant` with `pipe`).
-    pub fn has_pf_pipe(&self) -> bool {
-        self.kernels.prefill.pipe.is_some()
-    }
-
-    /// `launch_pf_gemm` with the kernel family chosen by the caller (`pipe`: prefill_gemm_pipe.cu, an error
-    /// where the device lacks it or K is past its limit).
-    ///
-    /// # Safety
-    /// As `launch_pf_gemm`.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_pf_gemm_variant(
-        &self,
-        s: &CudaStream,
-        wt: PfWeights,
-        bm: usize,
-        groups: usize,
-        m_tiles: usize,
-        p: &PfGemm,
-        pipe: bool,
-    ) -> Result<()> {
-        let k = p.k.max(0) as usize;
+        let k = p.k as usize;
         check(NAME, bm == 64 || bm == 128, || format!("gemm bm {bm}"))?;
         check(NAME, (1..=PF_GROUPS).contains(&groups), || {
             format!("gemm groups {groups}")
@@ -79,26 +50,6 @@ impl GpuContext {
         check(NAME, p.n[..groups].iter().all(|&n| n > 0), || {
             format!("gemm n {:?}", &p.n[..groups])
         })?;
-        let pf = &self.kernels.prefill;
-        let i = usize::from(bm == 128);
-        let w = match wt {
-            PfWeights::Bf16 => 0,
-            PfWeights::Fp8 => 1,
-            PfWeights::Fp4Expert => 2,
-        };
-        let (f, smem) = if pipe {
-            check(NAME, pf_pipe_takes(wt, k), || {
-                format!("pipelined {wt:?} gemm K {k}")
-            })?;
-            check(NAME, pf.pipe.is_some(), || {
-                "pipelined gemm: shared memory not granted on this device".into()
-            })?;
-            let fs = pf.pipe.as_ref().map_or(&pf.gemm_bf16, |f| &f[w]);
-            (&fs[i], pf_pipe_smem(wt, bm))
-        } else {
-            let fs = [&pf.gemm_bf16, &pf.gemm_fp8, &pf.gemm_fp4_expert][w];
-            (&fs[i], pf_gemm_smem(bm))
-        };
         let nmax = p.n[..groups].iter().copied().max().unwrap_or(1) as usize;
         let c = cfg(
             (
@@ -107,8 +58,14 @@ impl GpuContext {
                 grid(NAME, groups)?,
             ),
             256,
-            smem,
+            pf_gemm_smem(bm),
         );
+        let i = usize::from(bm == 128);
+        let f = match wt {
+            PfWeights::Bf16 => &self.kernels.prefill.gemm_bf16[i],
+            PfWeights::Fp8 => &self.kernels.prefill.gemm_fp8[i],
+            PfWeights::Fp4Expert => &self.kernels.prefill.gemm_fp4_expert[i],
+        };
         // SAFETY: caller's contract; shapes checked above.
         unsafe { self.launch_one(s, f, c, p) }
     }

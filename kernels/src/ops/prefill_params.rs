@@ -46,41 +46,6 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
-/// Stages of the pipelined GEMM (`pf_pipe_*`, prefill_gemm_pipe.cu) for `bm`-row tiles.
-fn pf_pipe_stages(bm: usize) -> usize {
-    if bm == 64 {
-        4
-    } else {
-        3
-    }
-}
-
-/// Largest K of the pipelined FP8 GEMM (its block keeps K / 128 scale bytes in shared memory).
-pub const PF_PIPE_FP8_MAXK: usize = 256 * 128;
-/// Largest K of the pipelined FP4 expert GEMM (its block keeps 128 x K / 32 scale bytes in shared memory).
-pub const PF_PIPE_FP4_MAXK: usize = 4096;
-
-/// Dynamic shared memory of `pf_pipe_*` (mirrors `PfPipe::SMEM` in prefill_gemm_pipe.cu): S stages of x and
-/// weight tiles as stored, one converted bf16 weight tile, the block's scales.
-pub fn pf_pipe_smem(wt: PfWeights, bm: usize) -> usize {
-    let row = 72 * 2;
-    let (w, conv, scales) = match wt {
-        PfWeights::Bf16 => (PF_BN * row, 0, 0),
-        PfWeights::Fp8 => (PF_BN * 64, PF_BN * row, PF_PIPE_FP8_MAXK / 128),
-        PfWeights::Fp4Expert => (PF_BN * 32, PF_BN * row, PF_BN * PF_PIPE_FP4_MAXK / 32),
-    };
-    pf_pipe_stages(bm) * (bm * row + w) + conv + scales
-}
-
-/// Whether the pipelined GEMM takes inner dim `k` for weights `wt`.
-pub fn pf_pipe_takes(wt: PfWeights, k: usize) -> bool {
-    match wt {
-        PfWeights::Bf16 => true,
-        PfWeights::Fp8 => k <= PF_PIPE_FP8_MAXK,
-        PfWeights::Fp4Expert => k <= PF_PIPE_FP4_MAXK,
-    }
-}
-
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
     256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
@@ -98,11 +63,6 @@ pub struct PrefillKernels {
     pub gemm_bf16: [CudaFunction; 2],
     pub gemm_fp8: [CudaFunction; 2],
     pub gemm_fp4_expert: [CudaFunction; 2],
-    /// The pipelined variants (`pf_pipe_*`), [bm 64, bm 128] per weight format; `None` where the device refused
-    /// their shared memory.
-    pub pipe: Option<[[CudaFunction; 2]; 3]>,
-    /// Whether `launch_pf_gemm` uses `pipe` (default; `DSV4_PF_PIPE=0` selects the two-stage kernels, to compare).
-    pub pipe_on: bool,
     /// pf_attn_d{64, 128, 256, 512}.
     pub attn: [CudaFunction; 4],
     /// pf_index_score_d{64, 128}.
@@ -167,27 +127,6 @@ impl PrefillKernels {
         for ((f, d), ok) in attn.iter().zip(PF_ATTN_DIMS).zip(attn_fits.iter_mut()) {
             *ok = fits(f, pf_attn_smem(d));
         }
-        let pipe_pair = |wt: PfWeights,
-                         a: &'static str,
-                         b: &'static str|
-         -> Result<Option<[CudaFunction; 2]>> {
-            let f = [get(a)?, get(b)?];
-            let ok = fits(&f[0], pf_pipe_smem(wt, 64)) && fits(&f[1], pf_pipe_smem(wt, 128));
-            Ok(ok.then_some(f))
-        };
-        let pipe = match (
-            pipe_pair(PfWeights::Bf16, "pf_pipe_bf16_m64", "pf_pipe_bf16_m128")?,
-            pipe_pair(PfWeights::Fp8, "pf_pipe_fp8_m64", "pf_pipe_fp8_m128")?,
-            pipe_pair(
-                PfWeights::Fp4Expert,
-                "pf_pipe_fp4_expert_m64",
-                "pf_pipe_fp4_expert_m128",
-            )?,
-        ) {
-            (Some(a), Some(b), Some(c)) => Some([a, b, c]),
-            _ => None,
-        };
-        let pipe_on = std::env::var("DSV4_PF_PIPE").map_or(true, |v| v != "0");
         let index_score = [get("pf_index_score_d64")?, get("pf_index_score_d128")?];
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
             opt_in(f, pf_index_smem(d))?;
@@ -196,8 +135,6 @@ impl PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
             gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,
             gemm_fp4_expert: pair("pf_gemm_fp4_expert_m64", "pf_gemm_fp4_expert_m128")?,
-            pipe,
-            pipe_on,
             attn,
             index_score,
             compress_pool: get("pf_compress_pool")?,
@@ -357,15 +294,6 @@ mod tests {
     fn shared_memory_fits_one_block() {
         assert!(pf_attn_smem(512) <= 227 * 1024);
         assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
-        // Two pipelined blocks per SM (228 KB, 1 KB reserved per block).
-        for wt in [PfWeights::Bf16, PfWeights::Fp8, PfWeights::Fp4Expert] {
-            for bm in [64, 128] {
-                assert!(
-                    2 * (pf_pipe_smem(wt, bm) + 1024) <= 228 * 1024,
-                    "{wt:?} {bm}"
-                );
-            }
-        }
         assert!(pf_index_smem(128) <= 227 * 1024);
     }
 }

@@ -16,16 +16,7 @@ use dsv4_kernels::{pf_max_tiles, RouteBy, RouteShape};
 
 /// Routed-expert row tile for `slots` slots over `experts`: the larger tile once experts average 96 rows (a
 /// tile converts its expert's weights however many of its rows are used; 32-row tiles measured slower).
-/// `DSV4_PF_EXPERT_BM=64|128` forces one size (a diagnostic, to compare).
 fn expert_bm(slots: usize, experts: usize) -> usize {
-    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| {
-        let v = std::env::var("DSV4_PF_EXPERT_BM").ok()?.parse().ok()?;
-        [64, 128].contains(&v).then_some(v)
-    });
-    if let Some(bm) = *forced {
-        return bm;
-    }
     if slots >= 96 * experts.max(1) {
         128
     } else {
