@@ -28,6 +28,13 @@
 //          expert (bm 64) ~117 TFLOP/s (227 ms); an 8192-token call (bm 128 experts) ~170 TFLOP/s. A 32-row
 //          expert tile for short calls (1K prompt: ~24 rows per expert) was slower than 64 (TTFT 273 -> 297 ms):
 //          each tile converts its expert's weights whatever its rows, so fewer rows per tile only adds tiles.
+//          Now (one call, 43 layers): 1K prompt TTFT 280 ms (routed 152, attn.proj 34, attn.out 28, shared 11),
+//          8K prompt 5073 tok/s (routed 618, attn.proj 227, attn.out 212, shared 79).
+// Tried, not kept (kernels/BENCH_NOTES.md "Prefill GEMM"): a 3-4 stage cp.async ring of the weights as stored
+//          (converted from shared memory): slower (1K 309 ms, 8K 4849 tok/s); skipping the mma of 16-row slices
+//          past a tile's rows (warps split wm = warp / 4): 1K routed 152 -> 146 ms but every 8K GEMM 3-5% slower.
+//          FP8 mma.sync (m16n8k32 e4m3) is no faster here: on sm_90 ptxas lowers it to F2FP unpacks + two f16
+//          HMMA.16816 (native QMMA only on sm_89 / sm_120); Hopper's FP8 rate needs wgmma (sm_90a).
 #include "common.cuh"
 
 #define PF_BN 128

@@ -105,6 +105,8 @@ struct Report {
     prefill: Vec<prefill::PrefillRow>,
     /// Per-stage ms of one prefill call of `prefill_chunk` tokens.
     prefill_profile: Vec<(String, f64)>,
+    /// (tokens, per-stage ms) of one call of the shortest prompt, when it is shorter than a chunk.
+    prefill_profile_short: Option<(usize, Vec<(String, f64)>)>,
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
@@ -177,6 +179,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         profile,
         prefill: Vec::new(),
         prefill_profile: Vec::new(),
+        prefill_profile_short: None,
     };
     print_report(&report);
     if !prompts.is_empty() {
@@ -184,8 +187,16 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
         report.prefill = prefill::time_prompts(&mut model, &mut ws, &prompts, chunk)?;
         if args.profile {
             report.prefill_profile = prefill::profile(&mut model, &mut ws, chunk)?;
+            let shortest = prompts.iter().copied().min().unwrap_or(chunk);
+            if shortest < chunk {
+                let p = prefill::profile(&mut model, &mut ws, shortest)?;
+                report.prefill_profile_short = Some((shortest, p));
+            }
         }
         prefill::print(&report.prefill, &report.prefill_profile, chunk);
+        if let Some((len, p)) = &report.prefill_profile_short {
+            prefill::print_profile(p, *len);
+        }
     }
     if let Some(p) = &args.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;

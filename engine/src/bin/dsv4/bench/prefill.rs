@@ -186,13 +186,17 @@ pub fn print(rows: &[PrefillRow], profile: &[(String, f64)], profile_len: usize)
     if let Some(r) = rows.iter().find(|r| r.prompt == 1024) {
         println!("time to first token, 1K prompt: {:.1} ms", r.ms);
     }
-    if !profile.is_empty() {
-        let total: f64 = profile.iter().map(|p| p.1).sum();
-        println!(
-            "\nper-stage time of one prefill call ({profile_len} tokens), summed over layers:"
-        );
-        for (name, ms) in profile {
-            println!("  {name:<14} {ms:9.3} ms  {:5.1}%", 100.0 * ms / total);
-        }
+    print_profile(profile, profile_len);
+}
+
+/// Per-stage ms of one prefill call of `len` tokens (nothing when `profile` is empty).
+pub fn print_profile(profile: &[(String, f64)], len: usize) {
+    if profile.is_empty() {
+        return;
+    }
+    let total: f64 = profile.iter().map(|p| p.1).sum();
+    println!("\nper-stage time of one prefill call ({len} tokens), summed over layers:");
+    for (name, ms) in profile {
+        println!("  {name:<14} {ms:9.3} ms  {:5.1}%", 100.0 * ms / total);
     }
 }
