@@ -1,5 +1,5 @@
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{moe_group_meta_len, reference, ExpertShape, Fp4Mat, Fp4Tune, GemvOut};
+use dsv4_kernels::{bf16, moe_group_meta_len, reference, ExpertShape, Fp4Mat, Fp4Tune, GemvOut};
 use rand::Rng;
 
 use crate::common::*;
@@ -265,6 +265,41 @@ fn fp4_expert_pair_matches_single_launches() {
                 let what = format!("{shape:?} {t:?} matrix {m}: pair vs single launch");
                 assert_same_bits(&download(&g, y), &single[m], &what);
             }
+        }
+    }
+}
+
+/// A token's outputs do not depend on the other tokens of its group under a given tuning (the engine's
+/// batch_of_three_equals_each_alone relies on it): one group of 11 tokens (two 8-wide mma tiles, the second
+/// mostly padding) must give every token the bits of the same token alone, for every variant.
+#[test]
+fn fp4_expert_token_bits_do_not_depend_on_its_group() {
+    let Some(g) = gpu() else { return };
+    let (n, k, experts, b) = (72, 512, 2, 11);
+    let mut r = rng(800);
+    let rows = rand_bf16(&mut r, b * k);
+    let w = upload(&g, &rand_bytes(&mut r, experts * n * k / 2));
+    let sc = upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128));
+    let run = |x: &[bf16], t: Fp4Tune| {
+        let b = x.len() / k;
+        let shape = expert_shape((b, 1, experts, n, k, false));
+        let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(b)]);
+        // Every token chooses expert 1: one group holding the whole batch.
+        g.launch_moe_group(&g.stream, &shape, &upload(&g, &vec![1i32; b]), &mut meta)
+            .expect("moe_group");
+        let mut y = upload(&g, &vec![f32::NAN; b * n]);
+        let out = GemvOut::f32(&mut y, &g.stream);
+        g.launch_fp4_expert_tuned(&g.stream, &shape, &upload(&g, x), &w, &sc, &meta, out, t)
+            .expect("launch");
+        download(&g, &y)
+    };
+    let shape1 = expert_shape((1, 1, experts, n, k, false));
+    for tune in every_tune() {
+        let t = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape1));
+        let group = run(&rows, t);
+        for (j, got) in group.chunks(n).enumerate() {
+            let alone = run(&rows[j * k..(j + 1) * k], t);
+            assert_same_bits(got, &alone, &format!("{t:?}: token {j} of {b} vs alone"));
         }
     }
 }
