@@ -6,8 +6,8 @@ use dsv4_engine::reference::quant::fake_quant_fp8;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
 use dsv4_kernels::{
-    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvScratch, GemvWeights,
-    Gpu, GpuContext,
+    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvPath, GemvScratch,
+    GemvWeights, Gpu, GpuContext,
 };
 
 fn gpu() -> Option<GpuContext> {
@@ -94,7 +94,8 @@ fn grouped_fp8_gemv_matches_fp8_gemv() {
             keep.push((wd, sd, got));
         }
         let tiles = ns.iter().map(|n| n.div_ceil(32)).sum();
-        let splits = gemv_splits(sms, tiles, k, GemvWeights::Fp8);
+        let path = GemvPath::for_rows(b);
+        let splits = gemv_splits(sms, tiles, k, GemvWeights::Fp8, path);
         assert!(splits > 1, "the test must exercise split-K");
         // Same split count alone and grouped: the same summation order, so the same bits.
         assert!(
@@ -107,7 +108,16 @@ fn grouped_fp8_gemv_matches_fp8_gemv() {
             // Twice: the second launch relies on the counters the first one reset.
             // SAFETY: every group's buffers were allocated above with the shapes in p; ws/cnt lengths passed.
             unsafe {
-                ctx.launch_gemv_grouped(s, GemvWeights::Fp8, 3, splits, &p, ws.len(), cnt.len())
+                ctx.launch_gemv_grouped(
+                    s,
+                    GemvWeights::Fp8,
+                    3,
+                    splits,
+                    path,
+                    &p,
+                    ws.len(),
+                    cnt.len(),
+                )
             }
             .expect("grouped");
         }
@@ -138,7 +148,8 @@ fn bf16_gemv_matches_cpu() {
                 .collect();
             let (xd, wd) = (s.clone_htod(&x).expect("x"), s.clone_htod(&w).expect("w"));
             let mut y = s.alloc_zeros::<f32>(b * n).expect("y");
-            let splits = gemv_splits(sms, n.div_ceil(32), k, GemvWeights::Bf16);
+            let path = GemvPath::for_rows(b);
+            let splits = gemv_splits(sms, n.div_ceil(32), k, GemvWeights::Bf16, path);
             let mut ws = s
                 .alloc_zeros::<f32>(gemv_ws_len(1, splits, b, n).max(1))
                 .expect("ws");
@@ -159,7 +170,16 @@ fn bf16_gemv_matches_cpu() {
             );
             // SAFETY: x b*k, w n*k bf16, y b*n f32, ws/cnt sized by the same functions the launcher checks.
             unsafe {
-                ctx.launch_gemv_grouped(s, GemvWeights::Bf16, 1, splits, &p, ws.len(), cnt.len())
+                ctx.launch_gemv_grouped(
+                    s,
+                    GemvWeights::Bf16,
+                    1,
+                    splits,
+                    path,
+                    &p,
+                    ws.len(),
+                    cnt.len(),
+                )
             }
             .expect("bf16 gemv");
             let got = s.clone_dtoh(&y).expect("dtoh");

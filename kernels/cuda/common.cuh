@@ -120,4 +120,28 @@ __device__ __forceinline__ void store_out(void* out, u64 idx, float v, int out_b
     else ((float*)out)[idx] = v;
 }
 
+// cp.async (sm_80+) for the rings of fp4_expert.cu and gemv_ring.cu. Shared-memory address of a generic pointer
+// (computed once per thread; the copies then add offsets).
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// 16-byte global -> shared copy that skips L1; `bytes` < 16 zero-fills the rest (0: no read at all).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 #endif  // DSV4_COMMON_CUH

@@ -12,6 +12,8 @@ use crate::probe::{self, GpuInfo};
 pub struct Kernels {
     /// Grouped FP8 / bf16 GEMVs with in-kernel split-K (gemv.cu).
     pub gemv: crate::ops::gemv::GemvKernels,
+    /// The ring GEMVs for 9-64 rows (gemv_ring.cu).
+    pub gemv_ring: crate::ops::gemv_ring::RingKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
     /// bf16_expert: routed experts of BF16 checkpoints (ops::bf16_expert).
@@ -46,6 +48,7 @@ impl Kernels {
         }
         Ok(Kernels {
             gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
+            gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
             fp4_expert,
             bf16_expert: get("bf16_expert")?,
             moe_group: get("moe_group")?,

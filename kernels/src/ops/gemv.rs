@@ -1,5 +1,6 @@
-//! Decode GEMVs (see cuda/gemv.cu): FP8 or bf16 weights, one to [`GEMV_GROUPS`] matrices per launch,
-//! split-K reduced inside the kernel. One split planner ([`gemv_splits`]) serves every caller.
+//! Decode GEMVs (see cuda/gemv.cu and cuda/gemv_ring.cu): FP8 or bf16 weights, one to [`GEMV_GROUPS`]
+//! matrices per launch, split-K reduced inside the kernel. [`GemvPath`] picks the kernel family by the row
+//! count; one split planner ([`gemv_splits`]) per family serves every caller.
 use std::marker::PhantomData;
 
 use cudarc::driver::{
@@ -9,6 +10,7 @@ use cudarc::driver::{
 use half::bf16;
 use std::sync::Arc;
 
+use super::gemv_ring::{ring_splits, ring_splits_ok, GemvPath, RING_ROWS_MIN};
 use super::{grid, ptr, ptr_mut};
 use crate::context::{nt_index, GpuContext};
 use crate::error::{check, KernelError, Result};
@@ -40,7 +42,7 @@ impl GemvWeights {
     }
 
     /// K values per 128-byte step of one warp.
-    fn k_step(self) -> usize {
+    pub(crate) fn k_step(self) -> usize {
         match self {
             GemvWeights::Fp8 => 128,
             GemvWeights::Bf16 => 64,
@@ -48,13 +50,25 @@ impl GemvWeights {
     }
 }
 
-/// Split-K of a launch with `tiles` row tiles in all (sum over groups) and inner dim `k`: about two
-/// blocks per SM (from the device's SM count), every warp keeping at least one K step. Independent of
-/// the batch size.
-pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
-    (2 * sms)
-        .div_ceil(tiles.max(1))
-        .clamp(1, k.div_ceil(wt.k_step()).div_ceil(8).max(1))
+/// Split-K of a launch on `path` with `tiles` 32-row tiles in all (sum over groups) and inner dim `k`.
+/// Skinny: about two blocks per SM (from the device's SM count), every warp keeping at least one K step;
+/// ring: see gemv_ring.rs. Independent of the batch size within a family.
+pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights, path: GemvPath) -> usize {
+    match path {
+        GemvPath::Skinny => (2 * sms)
+            .div_ceil(tiles.max(1))
+            .clamp(1, k.div_ceil(wt.k_step()).div_ceil(8).max(1)),
+        GemvPath::Ring => ring_splits(sms, tiles, k, wt),
+    }
+}
+
+/// The most splits either family plans for this shape (for sizing a scratch that serves every batch).
+pub fn gemv_splits_max(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
+    [GemvPath::Skinny, GemvPath::Ring]
+        .into_iter()
+        .map(|p| gemv_splits(sms, tiles, k, wt, p))
+        .max()
+        .unwrap_or(1)
 }
 
 /// f32 workspace of a launch (0 without split).
@@ -106,6 +120,9 @@ pub struct GemvPlan {
     pub n: usize,
     pub k: usize,
     pub splits: usize,
+    pub path: GemvPath,
+    /// Ring path: 16-row tiles per warp (1 or 2; 0 picks); any value gives the same bits.
+    pub mt: usize,
 }
 
 impl GemvPlan {
@@ -189,10 +206,27 @@ impl GemvKernels {
 }
 
 impl GpuContext {
-    /// Plans one GEMV of `b` rows (1..=64) against an `n` x `k` matrix.
+    /// Plans one GEMV of `b` rows (1..=64) against an `n` x `k` matrix, on the family for `b` rows.
     pub fn gemv_plan(&self, wt: GemvWeights, b: usize, n: usize, k: usize) -> Result<GemvPlan> {
-        check(NAME, (1..=64).contains(&b), || {
-            format!("batch {b} not in 1..=64")
+        self.gemv_plan_on(GemvPath::for_rows(b), wt, b, n, k)
+    }
+
+    /// [`GpuContext::gemv_plan`] on a given family (the ring takes 9..=64 rows).
+    pub fn gemv_plan_on(
+        &self,
+        path: GemvPath,
+        wt: GemvWeights,
+        b: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<GemvPlan> {
+        let lo = if path == GemvPath::Ring {
+            RING_ROWS_MIN
+        } else {
+            1
+        };
+        check(NAME, (lo..=64).contains(&b), || {
+            format!("batch {b} not in {lo}..=64 ({path:?})")
         })?;
         check(
             NAME,
@@ -200,13 +234,15 @@ impl GpuContext {
             || format!("need N > 0 and K % {} == 0, got N {n} K {k}", wt.k_align()),
         )?;
         let tiles = n.div_ceil(GEMV_ROW_TILE);
-        let splits = gemv_splits(self.info.sm_count as usize, tiles, k, wt);
+        let splits = gemv_splits(self.info.sm_count as usize, tiles, k, wt, path);
         Ok(GemvPlan {
             wt,
             b,
             n,
             k,
             splits,
+            path,
+            mt: 0,
         })
     }
 
@@ -288,13 +324,20 @@ impl GpuContext {
         };
         (p.x[0], p.w[0], p.s[0], p.out[0], p.n[0]) = (ptr(x, stream), w, s, out.ptr, p.nmax);
         let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
+        let launch = GemvLaunch {
+            wt: plan.wt,
+            groups: 1,
+            splits: plan.splits,
+            path: plan.path,
+            mt: plan.mt,
+        };
         // SAFETY: x, w (+ scales), out were checked above to hold B*K, N*K (+ scale bytes) and B*N
         // elements; ws/cnt are the scratch's own buffers with their lengths.
-        unsafe { self.launch_gemv_grouped(stream, plan.wt, 1, plan.splits, &p, ws_len, cnt_len) }
+        unsafe { self.launch_gemv_with(stream, launch, &p, ws_len, cnt_len) }
     }
 
-    /// Grouped GEMV over the first `groups` entries of `p`, `splits` K splits (see [`gemv_splits`]);
-    /// `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
+    /// Grouped GEMV over the first `groups` entries of `p` on `path`, `splits` K splits (planned by
+    /// [`gemv_splits`] for that path); `ws_len` / `cnt_len`: what `p.ws` / `p.cnt` hold.
     ///
     /// # Safety
     /// For g < groups: `p.x[g]` holds `b*k` bf16, `p.w[g]` `n[g]*k` weights (+ `p.s[g]` the UE8M0 scales for
@@ -306,18 +349,47 @@ impl GpuContext {
         wt: GemvWeights,
         groups: usize,
         splits: usize,
+        path: GemvPath,
         p: &GemvParams,
         ws_len: usize,
         cnt_len: usize,
     ) -> Result<()> {
+        let launch = GemvLaunch {
+            wt,
+            groups,
+            splits,
+            path,
+            mt: 0,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_gemv_with(s, launch, p, ws_len, cnt_len) }
+    }
+
+    /// # Safety
+    /// As [`GpuContext::launch_gemv_grouped`].
+    unsafe fn launch_gemv_with(
+        &self,
+        s: &CudaStream,
+        l: GemvLaunch,
+        p: &GemvParams,
+        ws_len: usize,
+        cnt_len: usize,
+    ) -> Result<()> {
+        let GemvLaunch {
+            wt, groups, splits, ..
+        } = l;
         let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
         check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
             format!("gemv groups {groups}")
         })?;
+        let (lo, splits_ok) = match l.path {
+            GemvPath::Skinny => (1, splits >= 1),
+            GemvPath::Ring => (RING_ROWS_MIN, ring_splits_ok(splits, k, wt)),
+        };
         check(
             NAME,
-            (1..=64).contains(&b) && k > 0 && k.is_multiple_of(wt.k_align()) && splits >= 1,
-            || format!("gemv B {b} K {k} splits {splits}"),
+            (lo..=64).contains(&b) && k > 0 && k.is_multiple_of(wt.k_align()) && splits_ok,
+            || format!("gemv B {b} K {k} splits {splits} ({:?})", l.path),
         )?;
         check(
             NAME,
@@ -330,6 +402,10 @@ impl GpuContext {
                 && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
             || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
         )?;
+        if l.path == GemvPath::Ring {
+            // SAFETY: caller's contract; shapes and splits checked above.
+            return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.mt, p) };
+        }
         let cfg = LaunchConfig {
             grid_dim: (
                 grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
@@ -348,6 +424,16 @@ impl GpuContext {
         // SAFETY: caller's contract; shapes checked above.
         unsafe { self.launch_k(s, f, cfg, &mut a) }
     }
+}
+
+/// One grouped launch's choices (see [`GpuContext::launch_gemv_grouped`]).
+#[derive(Clone, Copy)]
+struct GemvLaunch {
+    wt: GemvWeights,
+    groups: usize,
+    splits: usize,
+    path: GemvPath,
+    mt: usize,
 }
 
 fn shape_err(what: &str) -> KernelError {

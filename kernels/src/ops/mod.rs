@@ -8,6 +8,7 @@ pub mod attn_params;
 pub mod bf16_expert;
 pub mod fp4_expert;
 pub mod gemv;
+pub mod gemv_ring;
 pub mod mhc;
 pub mod moe_route;
 // batched prefill kernels

@@ -1,5 +1,5 @@
 use dsv4_kernels::reference;
-use dsv4_kernels::{GemvOut, GemvScratch, GemvWeights};
+use dsv4_kernels::{GemvOut, GemvPath, GemvScratch, GemvWeights, RING_ROWS_MIN};
 
 use crate::common::*;
 
@@ -34,18 +34,30 @@ fn assert_within(what: &str, got: &[f32], want: &[f32], mag: &[f32], bf16_out: b
     worst
 }
 
+/// The kernel families that take `b` rows: gemv.cu always, the ring from RING_ROWS_MIN rows.
+fn paths_for(b: usize) -> Vec<GemvPath> {
+    let mut v = vec![GemvPath::Skinny];
+    if b >= RING_ROWS_MIN {
+        v.push(GemvPath::Ring);
+    }
+    v
+}
+
 fn run_case(
     g: &dsv4_kernels::GpuContext,
     seed: u64,
     (b, n, k): (usize, usize, usize),
     bf16_out: bool,
+    path: GemvPath,
 ) {
     let mut r = rng(seed);
     let x = rand_bf16(&mut r, b * k);
     let w = rand_e4m3(&mut r, n * k);
     let s = rand_exponents(&mut r, n.div_ceil(128) * k.div_ceil(128), 100, 134);
     let want = reference::fp8_gemv(&x, &w, &s, b, n, k);
-    let plan = g.gemv_plan(GemvWeights::Fp8, b, n, k).expect("plan");
+    let plan = g
+        .gemv_plan_on(path, GemvWeights::Fp8, b, n, k)
+        .expect("plan");
     let (dx, dw, ds) = (upload(g, &x), upload(g, &w), upload(g, &s));
     let mut ws =
         GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len()).expect("scratch");
@@ -90,7 +102,7 @@ fn run_case(
         })
         .collect();
     let what = format!(
-        "fp8 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+        "fp8 gemv {path:?} b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
         plan.splits
     );
     let worst = assert_within(&what, &got, &want, &absum, bf16_out);
@@ -109,9 +121,12 @@ fn run_case(
 fn fp8_gemv_matches_reference() {
     let Some(g) = gpu() else { return };
     for (i, shape) in SHAPES.iter().enumerate() {
-        run_case(&g, 100 + i as u64, *shape, false);
+        for path in paths_for(shape.0) {
+            run_case(&g, 100 + i as u64, *shape, false, path);
+        }
     }
-    run_case(&g, 200, (5, 384, 1024), true);
+    run_case(&g, 200, (5, 384, 1024), true, GemvPath::Skinny);
+    run_case(&g, 201, (40, 384, 1024), true, GemvPath::Ring);
 }
 
 /// bf16 weights: split and unsplit plans, awkward N and K (K % 64 != 0), both output types, twice on the
@@ -120,7 +135,7 @@ fn fp8_gemv_matches_reference() {
 fn bf16_gemv_matches_reference() {
     let Some(ctx) = gpu() else { return };
     let g = &ctx;
-    for (i, &(b, n, k)) in [
+    for (i, (b, n, k), path) in [
         (1usize, 256usize, 4096usize),
         (7, 77, 264),
         (64, 1000, 1032),
@@ -128,11 +143,14 @@ fn bf16_gemv_matches_reference() {
     ]
     .iter()
     .enumerate()
+    .flat_map(|(i, &c)| paths_for(c.0).into_iter().map(move |p| (i, c, p)))
     {
         let mut r = rng(300 + i as u64);
         let x = rand_bf16(&mut r, b * k);
         let w = rand_bf16(&mut r, n * k);
-        let plan = g.gemv_plan(GemvWeights::Bf16, b, n, k).expect("plan");
+        let plan = g
+            .gemv_plan_on(path, GemvWeights::Bf16, b, n, k)
+            .expect("plan");
         let (dx, dw) = (upload(g, &x), upload(g, &w));
         let mut ws = GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len())
             .expect("scratch");
@@ -167,7 +185,7 @@ fn bf16_gemv_matches_reference() {
             }
         }
         let what = format!(
-            "bf16 gemv b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+            "bf16 gemv {path:?} b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
             plan.splits
         );
         let worst = assert_within(&what, &got, &want, &mag, bf16_out);
@@ -184,4 +202,71 @@ fn gemv_rejects_bad_shapes() {
     assert!(g.gemv_plan(fp8, 65, 128, 128).is_err());
     assert!(g.gemv_plan(fp8, 1, 128, 100).is_err());
     assert!(g.gemv_plan(GemvWeights::Bf16, 1, 128, 100).is_err());
+    // The ring kernels exist for 2, 4 and 8 batch tiles only.
+    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 8, 128, 128).is_err());
+    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 9, 128, 128).is_ok());
+}
+
+/// Within a kernel family a row's bits depend neither on the batch nor on the other rows: launches of
+/// shrinking batches on one scratch (ring: 64, 33, 17, 9 rows with both row tilings; gemv.cu: 64, 17, 8,
+/// 3, 1 rows) give the 64-row launch's bits for their first rows, on awkward shapes (split and unsplit, K
+/// not a multiple of the step, N not a multiple of 16), FP8 and bf16.
+#[test]
+fn gemv_rows_are_batch_invariant_within_a_family() {
+    let Some(g) = gpu() else { return };
+    let (fp8, bf) = (GemvWeights::Fp8, GemvWeights::Bf16);
+    let shapes = [
+        (fp8, 300, 1040),
+        (fp8, 1000, 4096),
+        (fp8, 77, 272),
+        (fp8, 8320, 256),
+        (bf, 4100, 512),
+        (bf, 77, 264),
+    ];
+    let families = [
+        (GemvPath::Ring, &[64usize, 33, 17, 9][..], &[1usize, 2][..]),
+        (GemvPath::Skinny, &[64usize, 17, 8, 3, 1][..], &[0usize][..]),
+    ];
+    for (i, &(wt, n, k)) in shapes.iter().enumerate() {
+        let mut r = rng(500 + i as u64);
+        let dx = upload(&g, &rand_bf16(&mut r, 64 * k));
+        let dw8 = upload(&g, &rand_e4m3(&mut r, n * k));
+        let ds = upload(
+            &g,
+            &rand_exponents(&mut r, n.div_ceil(128) * k.div_ceil(128), 100, 134),
+        );
+        let dwb = upload(&g, &rand_bf16(&mut r, n * k));
+        for &(path, batches, mts) in &families {
+            let plan64 = g.gemv_plan_on(path, wt, 64, n, k).expect("plan");
+            let mut ws = GemvScratch::new(&g.stream, plan64.workspace_len(), plan64.counters_len())
+                .expect("scratch");
+            let mut base: Option<Vec<f32>> = None;
+            for &b in batches {
+                for &mt in mts {
+                    let mut plan = g.gemv_plan_on(path, wt, b, n, k).expect("plan");
+                    assert_eq!(plan.splits, plan64.splits, "the split must not depend on B");
+                    plan.mt = mt;
+                    let mut y = upload(&g, &vec![f32::NAN; b * n]);
+                    let out = GemvOut::f32(&mut y, &g.stream);
+                    match wt {
+                        GemvWeights::Fp8 => {
+                            g.launch_gemv_fp8(&g.stream, &plan, &dx, &dw8, &ds, out, &mut ws)
+                        }
+                        GemvWeights::Bf16 => {
+                            g.launch_gemv_bf16(&g.stream, &plan, &dx, &dwb, out, &mut ws)
+                        }
+                    }
+                    .expect("launch");
+                    let got = download(&g, &y);
+                    let want = base.get_or_insert_with(|| got.clone());
+                    let what = format!("{path:?} {wt:?} n={n} k={k} b={b} mt={mt} vs B=64");
+                    assert_same_bits(&got, &want[..b * n], &what);
+                }
+            }
+            println!(
+                "{path:?} {wt:?} n={n} k={k} splits={}: {batches:?} bit-identical",
+                plan64.splits
+            );
+        }
+    }
 }

@@ -6,7 +6,7 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{
-    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvScratch, GemvWeights, GpuContext,
+    bf16, gemv_cnt_len, gemv_splits_max, gemv_ws_len, GemvScratch, GemvWeights, GpuContext,
     GEMV_ROW_TILE,
 };
 
@@ -57,7 +57,8 @@ pub(crate) fn gemv_need(
 ) -> (usize, usize) {
     let tiles = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let nmax = ns.iter().copied().max().unwrap_or(0);
-    let splits = gemv_splits(sms, tiles, k, wt);
+    // Sized for either kernel family (the batch picks one per launch).
+    let splits = gemv_splits_max(sms, tiles, k, wt);
     (
         gemv_ws_len(ns.len(), splits, rows, nmax),
         gemv_cnt_len(ns.len(), nmax),

@@ -7,7 +7,8 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::QUANT_NONE;
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaStream};
 use dsv4_kernels::{
-    gemv_splits, GemvParams, GemvScratch, GemvWeights, GpuContext, GEMV_GROUPS, GEMV_ROW_TILE,
+    gemv_splits, GemvParams, GemvPath, GemvScratch, GemvWeights, GpuContext, GEMV_GROUPS,
+    GEMV_ROW_TILE,
 };
 use std::cell::RefCell;
 
@@ -94,7 +95,8 @@ impl Step<'_> {
 }
 
 /// One grouped GEMV (gemv.cu) over `jobs` sharing the batch `rows` and inner dim `k`, split-K planned by
-/// [`gemv_splits`] from the device's SM count and reduced in the kernel through `scratch`.
+/// [`gemv_splits`] (for the kernel family of `rows` rows) from the device's SM count and reduced in the kernel
+/// through `scratch`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grouped_gemv(
     ctx: &GpuContext,
@@ -125,10 +127,11 @@ pub(crate) fn grouped_gemv(
         nmax = nmax.max(j.n);
     }
     p.nmax = nmax as i32;
-    let splits = gemv_splits(ctx.info.sm_count as usize, tiles, k, wt);
+    let path = GemvPath::for_rows(rows);
+    let splits = gemv_splits(ctx.info.sm_count as usize, tiles, k, wt, path);
     let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
     // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
     // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
-    unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, &p, ws_len, cnt_len) }?;
+    unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, path, &p, ws_len, cnt_len) }?;
     Ok(())
 }
