@@ -7,7 +7,7 @@ use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use std::sync::Arc;
 
-use super::gemv::{GemvParams, GemvWeights};
+use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS};
 use super::grid;
 use crate::context::GpuContext;
 use crate::error::{KernelError, Result};
@@ -210,8 +210,12 @@ impl GpuContext {
         let ring = &self.kernels.gemv_ring;
         let mt = match mt {
             0 => {
-                let ns: Vec<usize> = p.n[..groups].iter().map(|&n| n as usize).collect();
-                ring.pick_mt(wt, b, &ns, splits, self.info.sm_count as usize)
+                // A fixed array, not a Vec: nothing is allocated per launch on the decode path.
+                let mut ns = [0usize; GEMV_GROUPS];
+                for (d, &n) in ns.iter_mut().zip(&p.n[..groups]) {
+                    *d = n.max(0) as usize;
+                }
+                ring.pick_mt(wt, b, &ns[..groups], splits, self.info.sm_count as usize)
             }
             m => m.clamp(1, 2),
         };
