@@ -75,3 +75,41 @@ fn nvrtc_compiles_every_kernel_for_sm90_and_sm120() {
         }
     }
 }
+
+/// The split-K plans (a function of the shape and the family, never of the batch: the batch invariance
+/// rests on it) are a power of two within the ring kernel's limits on the ring, at most one split per K
+/// step on either family, and never above what `gemv_splits_max` sizes the scratch for.
+#[test]
+fn gemv_split_plans_fit_the_kernels_and_the_scratch() {
+    use dsv4_kernels::{gemv_splits, gemv_splits_max, GemvPath, GemvWeights, RING_ROWS_MIN};
+    for sms in [78usize, 132, 188] {
+        for wt in [GemvWeights::Fp8, GemvWeights::Bf16] {
+            for (n, k) in [
+                (77usize, 264usize),
+                (512, 4096),
+                (4096, 8192),
+                (32768, 1024),
+                (129280, 4096),
+            ] {
+                let tiles = n.div_ceil(32);
+                let ring = gemv_splits(sms, tiles, k, wt, GemvPath::Ring);
+                let skinny = gemv_splits(sms, tiles, k, wt, GemvPath::Skinny);
+                let steps = k.div_ceil(if wt == GemvWeights::Fp8 { 128 } else { 64 });
+                assert!(
+                    ring.is_power_of_two() && ring <= 8 && ring <= steps,
+                    "{n}x{k}: ring {ring}"
+                );
+                assert!(skinny >= 1 && skinny <= steps, "{n}x{k}: skinny {skinny}");
+                assert_eq!(gemv_splits_max(sms, tiles, k, wt), ring.max(skinny));
+            }
+        }
+    }
+    // The row count alone picks the family: the ring from its switch (at least RING_ROWS_MIN rows).
+    assert_eq!(GemvPath::for_rows(1), GemvPath::Skinny);
+    assert_eq!(GemvPath::for_rows(RING_ROWS_MIN - 1), GemvPath::Skinny);
+    if std::env::var("DSV4_GEMV_RING_MIN").is_err() {
+        assert_eq!(GemvPath::for_rows(16), GemvPath::Skinny);
+        assert_eq!(GemvPath::for_rows(17), GemvPath::Ring);
+        assert_eq!(GemvPath::for_rows(64), GemvPath::Ring);
+    }
+}
