@@ -16,10 +16,11 @@
 //          on the host from the shape (Fp4Tune). Decode groups hold 1-2 tokens, so the token tile is one mma
 //          n8 tile; a group of more than 8 tokens takes further passes (its weights come again, mostly L2).
 // Memory:  each thread streams its 2M rows x 16 B per 128-wide K chunk global -> shared with cp.async.cg into
-//          a private 3-stage ring (no barriers: a thread reads back only what it copied), so 2 chunks are in
-//          flight while it computes one; the scale words ride along (cp.async 4 B) when K % 128 == 0, else
-//          they are plain byte loads. x comes through L1 (every warp of the group re-reads it); with 16-row
-//          warps only the lanes of real columns load it (batch 1: 4 of 32 lanes), padding columns keep zeros.
+//          a private 3-stage ring (a thread reads back only what it copied), so 2 chunks are in flight while it
+//          computes one. The scale words (K % 128 == 0) ride along: lane l copies the 4-byte word of its warp's
+//          row l into a warp-shared ring one slot deeper (see fp4_expert_body); otherwise they are plain byte
+//          loads. x comes through L1 (every warp of the group re-reads it); with 16-row warps only the lanes
+//          of real columns load it (batch 1: 4 of 32 lanes), padding columns keep zeros.
 // Compute: mma.sync m16n8k16 bf16 (sm_80+). 16 weight bytes = 32 fp4 values = exactly one scale group per
 //          thread and row. Nibbles i and i+4 of a word form one bf16x2 (K permuted within the word, the same
 //          permutation applied to x by byte_perm), each made as a bf16 bit pattern (value * 2^-126) with 2
@@ -39,15 +40,21 @@
 //       2.1x), B=64 480 (kw1/2, 1.85x). Depth 4 (5 blocks/SM) slower everywhere by 1-10%. All variants
 //       at ~2.1-2.3 TB/s whatever kw or depth: SASS showed 697 instructions per chunk and warp, half of them
 //       address/predicate work and generic->shared conversions around the copies, so issue-bound.
-//   v3  (this) 32-bit row offsets, shared addresses computed once, unconditional x loads (columns past the
-//       group read its last token), scale byte by one prmt + one imad, the K % 128 test hoisted into a
-//       template, and 16-row warps (mt1) for small batches: 462 instructions per chunk (predicted ~1.4x
-//       faster where issue-bound, i.e. B=8/64 ~75/~350 us). NOT YET MEASURED on the device (see
-//       BENCH_NOTES.md).
+//   v3  32-bit row offsets, shared addresses computed once, unconditional x loads, 16-row warps (mt1) for
+//       small batches: 462 instructions per chunk; measured (2026-11-29, third session) w1 B=64 ~475 us.
+//   v4  (this) ncu at B=64 showed the L1 data pipe 92% busy and DRAM 38%: each 4-byte scale cp.async cost one
+//       L1 wavefront per lane (32 per instruction, 4 instructions per chunk, the 4 lanes of a row copying the
+//       same word) = 70% of all L1 wavefronts. Now one 4-byte copy per lane and chunk, lane l = row l (L1 60%,
+//       the ALU pipe 72% and issue 76% are the limit now), and for 16-row warps whose block has every row,
+//       one offset + stride instead of per-slot offsets (ptxas rematerialised those from the parameters
+//       every chunk); for 32-row warps that variant measured 10% slower (a worse schedule), so it is not
+//       used there. With kw 4 for 32-row warps (kbench, us, old default kw2 -> now): w1 B=8 100.5 -> 85.6,
+//       B=64 453.8 -> 381-397; w2 B=8 87.0 -> 84.7, B=64 404 -> 401. Full model +10% tok/s at batch 8 and 64.
 #include "common.cuh"
 
 #define FP4_WARPS 4  // warps per block (128 threads)
 #define FP4_ST 3     // cp.async ring depth: 2 chunks in flight while one is computed (depth 4 measured slower)
+#define FP4_SST (FP4_ST + 1)  // scale-word ring depth (see fp4_expert_body)
 
 // bf16x2 of nibbles i and i+4 of w, as raw bits (value * 2^-126).
 template <int I>
@@ -108,13 +115,13 @@ __device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT],
     fp4_chunk_x<MT>(acc, wv, f, xv);
 }
 
-template <int MT, bool SCA>
+template <int MT, bool SCA, bool FULL>
 __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const u8* __restrict__ w,
                                                 const u8* __restrict__ s, const i32* __restrict__ meta,
                                                 void* __restrict__ out, int S, int topk, int N, int K,
                                                 int x_per_slot, int out_bf16, int KW,
                                                 uint4 (&ring)[FP4_ST][2 * MT][FP4_WARPS * 32],
-                                                u32 (&sring)[FP4_ST][2 * MT][FP4_WARPS * 32]) {
+                                                u32 (&sring)[FP4_SST][FP4_WARPS][32]) {
     const int grp = blockIdx.y;
     if (grp >= meta[0]) return;
     const int e = meta[1 + grp];
@@ -135,27 +142,43 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     // (zero-fill) from an address inside the expert (row 0, chunk 0). 32-bit offsets: an expert is < 4 GB.
     const u8* wbase = w + (u64)e * N * kb2 + t * 16;
     const u8* sbase = s + (u64)e * N * ks;
+    // FULL (block-uniform: every row of the block exists; used for MT = 1 only, see the header's v4): slot i's
+    // offset is roff0 + i * rs8, so the copies need one offset and one stride, not 2 MT offsets and validity
+    // bits (which ptxas rematerialised from the parameters at every chunk: ~50 instructions per chunk).
+    const u32 roff0 = (u32)(row0 + g) * (u32)kb2, rs8 = 8u * (u32)kb2;
     u32 roff[2 * MT];  // row * kb2 (weights); row * ks = roff / 16 (scales)
     u32 rok = 0;       // bit i: slot i's row exists
 #pragma unroll
     for (int i = 0; i < 2 * MT; ++i) {
         const int r = row0 + 8 * i + g;
-        rok |= (r < N ? 1u : 0u) << i;
-        roff[i] = r < N ? (u32)r * (u32)kb2 : 0u;
+        rok |= (FULL || r < N ? 1u : 0u) << i;
+        roff[i] = FULL ? roff0 + (u32)i * rs8 : (r < N ? (u32)r * (u32)kb2 : 0u);
     }
 
-    // Queues chunk c into ring slot `sl` (shared addresses: this thread's entry + constant strides).
-    const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][0][tid]);
-    auto issue = [&](int c, int sl) {
+    // Scale words (sc_async): lane l < 16 MT copies the 4 bytes of its warp's row l, one copy per chunk and
+    // warp. (Before: every thread copied the word of each of its 2 MT rows, the 4 lanes of a row the same
+    // word; ncu showed each 4-byte copy costing one L1 wavefront per lane, 32 per instruction, which made the
+    // L1 data pipe, not DRAM, the limit: 92% busy at batch 64.) Lanes read rows other lanes copied, hence the
+    // __syncwarp after each wait, and a ring one slot deeper than the weights' so that a slot is rewritten
+    // only after every lane has passed the barrier that follows its last read.
+    const int srow = row0 + lane;
+    const u32 sbytes = (lane < 16 * MT && srow < N) ? 4u : 0u;
+    const u32 sroff = sbytes ? (u32)srow * (u32)ks : 0u;
+
+    // Queues chunk c into ring slot `sl` and scale slot `ssl` (shared addresses: this thread's entry +
+    // constant strides).
+    const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][warp][lane]);
+    auto issue = [&](int c, int sl, int ssl) {
         const bool kin = kfull || c * 128 + t * 32 < K;
         const u32 coff = kin ? (u32)c * 64u : 0u;
 #pragma unroll
         for (int i = 0; i < 2 * MT; ++i) {
-            const u32 n16 = (kin && ((rok >> i) & 1u)) ? 16u : 0u;
+            const u32 n16 = (kin && (FULL || ((rok >> i) & 1u))) ? 16u : 0u;
             const u32 si = (u32)(sl * 2 * MT + i) * (FP4_WARPS * 32);
             cp_async16(ring_s + si * 16u, wbase + (roff[i] + coff), n16);
-            if (sc_async) cp_async4(sring_s + si * 4u, sbase + ((roff[i] >> 4) + (coff >> 4)), n16 >> 2);
         }
+        if (sc_async && lane < 16 * MT)
+            cp_async4(sring_s + (u32)ssl * (FP4_WARPS * 32 * 4), sbase + (sroff + (u32)c * 4u), sbytes);
     };
 
     for (int c0 = 0; c0 < cnt; c0 += 8) {
@@ -178,14 +201,14 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
         if (row0 < N) {  // warp-uniform
 #pragma unroll
             for (int i = 0; i < FP4_ST - 1; ++i) {
-                if (kw + i * KW < nch) issue(kw + i * KW, i);
+                if (kw + i * KW < nch) issue(kw + i * KW, i, i);
                 cp_async_commit();
             }
-            int rd = 0, wr = FP4_ST - 1;
+            int rd = 0, wr = FP4_ST - 1, srd = 0, swr = FP4_ST - 1;
 #pragma unroll 1
             for (int c = kw; c < nch; c += KW) {
                 const int cn = c + (FP4_ST - 1) * KW;
-                if (cn < nch) issue(cn, wr);
+                if (cn < nch) issue(cn, wr, swr);
                 cp_async_commit();
                 const int k0 = c * 128 + t * 32;
                 // Lanes past K (partial last chunk) hold zero weights; their x is read from the row's last
@@ -200,6 +223,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                     }
                 }
                 cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk c have landed
+                if (sc_async) __syncwarp();   // ... and every lane's (the scale words)
                 const u16* xp = xrow + (kfull || k0 < K ? k0 : K - 32);
                 uint4 wv[2 * MT];
                 u32 f[2 * MT];
@@ -208,7 +232,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                 if (sc_async) {
 #pragma unroll
                     for (int i = 0; i < 2 * MT; ++i)
-                        f[i] = scale_pair(byte_perm(sring[rd][i][tid], 0u, 0x4440u | (u32)t));
+                        f[i] = scale_pair(byte_perm(sring[srd][warp][8 * i + g], 0u, 0x4440u | (u32)t));
                 } else {
                     const bool kin = k0 < K;
 #pragma unroll
@@ -222,8 +246,11 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                     fp4_chunk<MT>(acc, wv, f, xp);
                 rd = rd + 1 == FP4_ST ? 0 : rd + 1;
                 wr = wr + 1 == FP4_ST ? 0 : wr + 1;
+                srd = srd + 1 == FP4_SST ? 0 : srd + 1;
+                swr = swr + 1 == FP4_SST ? 0 : swr + 1;
             }
             cp_async_wait<0>();
+            if (sc_async) __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
         }
 
         if (KW > 1) {  // block-uniform: sum the KW warps of each row group in a fixed order
@@ -274,13 +301,16 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
         const u16* x, const u8* w, const u8* s, const i32* meta, void* out, u64 dw, u64 ds, u64 dout,     \
         int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
         __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                              \
-        __shared__ u32 sring[FP4_ST][2 * MT][FP4_WARPS * 32];                                             \
+        __shared__ u32 sring[FP4_SST][FP4_WARPS][32];                                                     \
         pdl_trigger();                                                                                    \
         pdl_wait();                                                                                       \
-        if ((K & 127) == 0)                                                                               \
-            fp4_expert_body<MT, true>(FP4_ARGS);                                                          \
+        const bool full = (int)(blockIdx.x + 1) * (16 * MT * FP4_WARPS / kw) <= N;                        \
+        if ((K & 127) != 0)                                                                               \
+            fp4_expert_body<MT, false, false>(FP4_ARGS);                                                  \
+        else if (MT == 1 && full)                                                                         \
+            fp4_expert_body<MT, true, true>(FP4_ARGS);                                                    \
         else                                                                                              \
-            fp4_expert_body<MT, false>(FP4_ARGS);                                                         \
+            fp4_expert_body<MT, true, false>(FP4_ARGS);                                                   \
     }
 FP4_EXPERT_KERNEL(1, 8)
 FP4_EXPERT_KERNEL(2, 7)

@@ -95,7 +95,15 @@ fn expert_ids(b: usize, topk: usize, e: usize, set: usize) -> Vec<i32> {
 
 /// One routed-expert matrix (`n` x `k`, x per token or per slot) at batch 1, 8, 64: the default tuning with
 /// ids rotated over 8 sets and with one fixed set (the first notes' method), then every variant (rotated).
-fn bench_fp4(g: &GpuContext, name: &str, n: usize, k: usize, per_slot: bool, copy: f64) -> R<()> {
+fn bench_fp4(
+    g: &GpuContext,
+    name: &str,
+    n: usize,
+    k: usize,
+    per_slot: bool,
+    copy: f64,
+    batches: &[usize],
+) -> R<()> {
     let (e, topk, sets) = (256usize, 6usize, 8usize);
     let w = noise(g, e * n * k / 2, 11, 0xff)?;
     let sc = noise(g, e * n * k / 32, 13, 0x0f)?;
@@ -110,7 +118,7 @@ fn bench_fp4(g: &GpuContext, name: &str, n: usize, k: usize, per_slot: bool, cop
     ] {
         tunes.push((label, Some(Fp4Tune { kw, mt })));
     }
-    for b in [1usize, 8, 64] {
+    for &b in batches {
         let shape = ExpertShape {
             b,
             topk,
@@ -206,8 +214,12 @@ fn main() -> R<()> {
     }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
-    // `kbench fp4`: the routed-expert kernel only.
+    // `kbench fp4 [B,B..]`: the routed-expert kernel only (at the listed batches; default 1, 8, 64).
     let only_fp4 = std::env::args().nth(1).is_some_and(|a| a == "fp4");
+    let batches: Vec<usize> = match std::env::args().nth(2) {
+        Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![1, 8, 64],
+    };
     println!(
         "| kernel | N x K | B | splits / kw | us | GB/s | of copy | of floor |\n|---|---|---|---|---|---|---|---|"
     );
@@ -222,8 +234,8 @@ fn main() -> R<()> {
             bench_fp8(&g, name, n, k, copy)?;
         }
     }
-    bench_fp4(&g, "w1", 2048, 4096, false, copy)?;
-    bench_fp4(&g, "w2", 4096, 2048, true, copy)?;
+    bench_fp4(&g, "w1", 2048, 4096, false, copy, &batches)?;
+    bench_fp4(&g, "w2", 4096, 2048, true, copy, &batches)?;
     if !only_fp4 {
         bench_small(&g)?;
     }

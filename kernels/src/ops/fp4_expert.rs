@@ -55,19 +55,18 @@ pub struct Fp4Tune {
 
 impl Fp4Tune {
     /// The default for `shape`, assuming min(E, B*topk) groups (the real count lives on the device):
-    /// 32-row warps with the least K split of at least 2 that still gives [`TARGET_WARPS`] warps (long K
-    /// loops amortise the pipeline fill and the reduction, but an unsplit K measured 5-9% slower than 2 ways
-    /// at batch 8 and 64: BENCH_NOTES, branch fp4dec); for very little work (batch 1) 16-row warps split 4
-    /// ways, because there the number of warps, not the instruction count, sets the time. The split sets a
-    /// token's summation order, so a token's bits are the same in every batch with the same tuning (not
-    /// across tunings: batch 1 and batch 8 of the full-size model differ in the last bits).
+    /// 32-row warps with K split 4 ways (after the scale-copy fix in v4 of the kernel, kw 4 beat kw 2 by
+    /// 5-15% at batch 8 and 64 for w1 and tied for w2; kw 1 won nowhere: BENCH_NOTES); for very little work
+    /// (batch 1) 16-row warps split 4 ways, because there the number of warps, not the instruction count,
+    /// sets the time. The split sets a token's summation order, so a token's bits are the same in every
+    /// batch with the same tuning (not across tunings: batch 1 and batch 8 of the full-size model differ in
+    /// the last bits).
     pub fn for_shape(shape: &ExpertShape) -> Self {
         let units = shape.experts.min(shape.slots()) * shape.n.div_ceil(32);
         if units * 4 < TARGET_WARPS {
             return Fp4Tune { kw: 4, mt: 1 };
         }
-        let kw = if units * 2 >= TARGET_WARPS { 2 } else { 4 };
-        Fp4Tune { kw, mt: 2 }
+        Fp4Tune { kw: 4, mt: 2 }
     }
 
     /// Rows of one expert that a block of 4 warps covers.
