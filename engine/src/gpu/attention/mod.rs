@@ -24,6 +24,7 @@ pub use rope::rope_freqs;
 pub(crate) use scratch::gemv_need;
 pub use scratch::{AttnScratch, MAX_ROWS};
 pub(crate) use stack::{stack_compressors, AttnWeightSource};
+pub(crate) use stages::{compress_params, index_score_shape};
 pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
 pub use step::StageMarks;
 pub(crate) use step::{grouped_gemv, Job};
