@@ -82,7 +82,7 @@ impl Rank {
                 RunnerError::Split(format!("rank {} has no embedding", self.w.rank))
             })?;
         let d = self.cfg.hidden_size;
-        g.launch_embed_streams(&g.stream, rows, d, &ws.tokens, embed, &mut ws.x)?;
+        g.launch_embed_streams(&g.stream, rows, d, &ws.tokens, embed, &mut ws.io.x)?;
         Ok(())
     }
 
@@ -119,7 +119,7 @@ impl Rank {
             state,
             &ws.meta,
             rows,
-            &ws.a,
+            &ws.io.a,
             &mut ws.attn,
             numerics,
         )?;
@@ -164,7 +164,7 @@ impl Rank {
     pub fn post(&mut self, rows: usize) -> Result<(), RunnerError> {
         let (g, ws, part) = (&self.gpu, &mut self.ws, &self.tp.part);
         let d = self.cfg.hidden_size;
-        g.launch_hc_post_moe(&g.stream, rows, d, 0, &mut ws.x, &ws.mix, part, part)?;
+        g.launch_hc_post_moe(&g.stream, rows, d, 0, &mut ws.io.x, &ws.io.mix, part, part)?;
         Ok(())
     }
 
@@ -195,8 +195,17 @@ impl Rank {
         if tpb.shared {
             moe::shared(g, cfg, &blk.moe, ws, rows, quant)?;
         }
-        let shared = tpb.shared.then_some(&ws.y_shared);
-        g.launch_moe_rank_sum(s, rows, k, d, &ws.y_routed, &t.local, shared, &mut t.part)?;
+        let shared = tpb.shared.then_some(&ws.ex.y_shared);
+        g.launch_moe_rank_sum(
+            s,
+            rows,
+            k,
+            d,
+            &ws.ex.y_routed,
+            &t.local,
+            shared,
+            &mut t.part,
+        )?;
         Ok(())
     }
 

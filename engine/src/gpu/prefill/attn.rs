@@ -48,7 +48,7 @@ impl Call<'_> {
     }
 }
 
-/// Attention of `plan.rows` rows of `ws.a` into `ws.attn_out`, updating `state` like as many decode steps.
+/// Attention of `plan.rows` rows of `ws.io.a` into `ws.io.attn_out`, updating `state` like as many decode steps.
 pub(super) fn attention(
     c: &Call<'_>,
     layer: &AttnLayer,
@@ -93,7 +93,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     let b = &mut ws.attn;
     if c.official {
         let p = AttnRowPrep {
-            x: dptr(&ws.a, s),
+            x: dptr(&ws.io.a, s),
             out: dptr_mut(&mut b.xq, s),
             groups: 1,
             rows: rows as i32,
@@ -107,7 +107,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     let x = if c.official {
         dptr(&b.xq, s)
     } else {
-        dptr(&ws.a, s)
+        dptr(&ws.io.a, s)
     };
     let jobs = [
         Job::new(
@@ -205,7 +205,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16, as in decode.
         let job = Job::bf16(
             s,
-            dptr(&ws.a, s),
+            dptr(&ws.io.a, s),
             lin,
             dptr_mut(&mut b.proj, s),
             layer.lin_rows,
@@ -391,7 +391,7 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
         dptr(&b.u, s),
         &layer.wo_b.w,
         &layer.wo_b.scale,
-        dptr_mut(&mut ws.attn_out, s),
+        dptr_mut(&mut ws.io.attn_out, s),
         layer.wo_b.n,
     );
     gemm::dense(
