@@ -5,7 +5,7 @@
 //! `ctx.stream` (the MoE's shared expert on the workspace's side stream, joined back) with no host sync,
 //! no allocation and per-step values read from device buffers, so the step can be captured as a graph.
 
-use super::attention::{self, AttnState};
+use super::attention::{self, AttnState, DecodeIn};
 use super::moe::{self, Hook};
 use super::weights::{BlockDev, HcDev, ModelWeightsDev};
 use super::workspace::Workspace;
@@ -174,21 +174,12 @@ pub(crate) fn run_block(
     let (hc, norm) = (&blk.hc_attn, &blk.attn_norm);
     hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Attn { quant }, post)?;
     hook("hc_pre.attn", ws)?;
-    ws.attn.xq_ready = quant;
-    let r = attention::decode(
-        ctx,
-        &ctx.stream,
-        &blk.attn,
-        state,
-        &ws.meta,
-        rows,
-        &ws.io.a,
-        &mut ws.attn,
-        &mut ws.io.attn_out,
-        numerics,
-    );
-    ws.attn.xq_ready = false;
-    r?;
+    let inp = DecodeIn {
+        xq_ready: quant,
+        ..DecodeIn::new(&ws.meta, rows, &ws.io.a)
+    };
+    let (sc, out) = (&mut ws.attn, &mut ws.io.attn_out);
+    attention::decode(ctx, &ctx.stream, &blk.attn, state, &inp, sc, out, numerics)?;
     hook("attention", ws)?;
     let ffn = Mixer::Ffn {
         quant: numerics == Numerics::Official,

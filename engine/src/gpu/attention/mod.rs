@@ -16,7 +16,7 @@ mod state;
 mod step;
 mod synth;
 
-pub use decode::{decode, decode_heads, decode_profiled};
+pub use decode::{decode, decode_heads, decode_profiled, DecodeIn};
 pub use error::GpuError;
 pub(crate) use layer::upload_linear;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};

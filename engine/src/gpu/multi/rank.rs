@@ -4,7 +4,7 @@
 use super::weights::{rank_moe_config, RankWeights};
 use crate::api::Numerics;
 use crate::gpu::attention::rank::{latent, project, RankOutScratch};
-use crate::gpu::attention::{decode_heads, AttnState};
+use crate::gpu::attention::{decode_heads, AttnState, DecodeIn};
 use crate::gpu::model::{flush_post, hc_head, hc_pre, head, run_block, Mixer, Post};
 use crate::gpu::moe;
 use crate::gpu::{RunnerError, Workspace};
@@ -112,17 +112,8 @@ impl Rank {
         hc_pre(g, cfg, ws, rows, &blk.hc_attn, norm, mixer, Post::None)?;
         let s = &g.stream;
         let state = &mut self.states[i];
-        decode_heads(
-            g,
-            s,
-            &blk.attn,
-            state,
-            &ws.meta,
-            rows,
-            &ws.io.a,
-            &mut ws.attn,
-            numerics,
-        )?;
+        let inp = DecodeIn::new(&ws.meta, rows, &ws.io.a);
+        decode_heads(g, s, &blk.attn, state, &inp, &mut ws.attn, numerics)?;
         latent(
             g,
             s,
