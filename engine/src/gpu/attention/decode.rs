@@ -94,6 +94,7 @@ impl<'a> DecodeIn<'a> {
 /// One decode step of `inp`; writes `out` `[rows, hidden]` bf16. No allocation, no host sync, no host reads
 /// of device values: graph-capturable. Slots within a step must be distinct, and the caller must keep every
 /// position below the state's `max_context`.
+#[allow(clippy::too_many_arguments)]
 pub fn decode(
     ctx: &GpuContext,
     stream: &CudaStream,
