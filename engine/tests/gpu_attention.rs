@@ -4,7 +4,7 @@
 //! step to 3 sequences in different slots that start at different steps (batched rows at different
 //! positions). Skips with a message when no GPU/driver is present.
 use dsv4_engine::api::Numerics;
-use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, StepMeta};
+use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, DecodeIn, StepMeta};
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::ModelConfig;
 use dsv4_engine::reference::attention::{forward, BlockCtx, Segment};
@@ -143,9 +143,7 @@ impl<'a> Gpu1<'a> {
             s,
             &self.layer,
             &mut self.state,
-            &self.meta,
-            slots.len(),
-            &self.a,
+            &DecodeIn::new(&self.meta, slots.len(), &self.a),
             &mut self.scratch,
             &mut self.out,
             nm,

@@ -21,7 +21,7 @@
 //! and one for both compressors, split-K reduced inside every GEMV.
 use dsv4_engine::api::Numerics;
 use dsv4_engine::gpu::attention::{
-    decode, decode_profiled, AttnLayer, AttnScratch, AttnState, StepMeta,
+    decode, decode_profiled, AttnLayer, AttnScratch, AttnState, DecodeIn, StepMeta,
 };
 use dsv4_engine::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::sys;
@@ -90,9 +90,7 @@ fn full_size_decode_timing() {
                         s,
                         &l,
                         &mut state,
-                        &meta,
-                        rows,
-                        &a,
+                        &DecodeIn::new(&meta, rows, &a),
                         &mut scratch,
                         &mut out,
                         nm,
@@ -135,9 +133,7 @@ fn full_size_decode_timing() {
                     s,
                     &l,
                     &mut state,
-                    &meta,
-                    rows,
-                    &a,
+                    &DecodeIn::new(&meta, rows, &a),
                     &mut scratch,
                     &mut out,
                     nm,

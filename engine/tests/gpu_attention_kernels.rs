@@ -286,18 +286,20 @@ fn index_scores_full_size_match_cpu() {
     let mut scores = s.clone_htod(&vec![f32::NAN; slots * cap]).expect("scores");
     let scale = ((dim * heads) as f32).powf(-0.5);
     let p = AttnIndexScore {
-        q: addr(&ctx, &dq),
-        wts: addr(&ctx, &dw),
-        keys: addr(&ctx, &dk),
-        slots: addr(&ctx, &dslots),
-        positions: addr(&ctx, &dpos),
-        scores: addr_mut(&ctx, &mut scores),
-        wts_stride: stride as i32,
-        heads: heads as i32,
-        dim: dim as i32,
-        cap: cap as i32,
-        ratio: ratio as i32,
-        k: k as i32,
+        core: IndexScoreCore {
+            q: addr(&ctx, &dq),
+            wts: addr(&ctx, &dw),
+            keys: addr(&ctx, &dk),
+            slots: addr(&ctx, &dslots),
+            positions: addr(&ctx, &dpos),
+            scores: addr_mut(&ctx, &mut scores),
+            wts_stride: stride as i32,
+            heads: heads as i32,
+            dim: dim as i32,
+            cap: cap as i32,
+            ratio: ratio as i32,
+            k: k as i32,
+        },
         scale,
         pad: 0,
     };

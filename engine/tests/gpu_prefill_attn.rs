@@ -5,7 +5,7 @@
 //! SKIPs without a GPU.
 
 use dsv4_engine::api::Numerics;
-use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, StepMeta};
+use dsv4_engine::gpu::attention::{decode, AttnLayer, AttnScratch, AttnState, DecodeIn, StepMeta};
 use dsv4_engine::gpu::{prefill_attention, PrefillSeg, PrefillWs};
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::reference::{BatchItem, Model, Probe};
@@ -109,7 +109,8 @@ fn run_layer(
         s.memcpy_htod(&ab[p * d..(p + 1) * d], &mut a)
             .expect("htod");
         meta.upload(s, &[0], &[p as i32]).expect("meta");
-        decode(ctx, s, &w, &mut st_d, &meta, 1, &a, &mut sc, &mut out, nm).expect("decode");
+        let inp = DecodeIn::new(&meta, 1, &a);
+        decode(ctx, s, &w, &mut st_d, &inp, &mut sc, &mut out, nm).expect("decode");
         dec.extend(dl(ctx, &out));
     }
     // Prefill: uneven calls in slot 0 of a second state.

@@ -49,8 +49,30 @@ __device__ __forceinline__ void e4m3x4_raw(u32 w, u32& lo, u32& hi) {
     hi = (w & 0x80008000u) | ((w >> 4) & 0x07f007f0u);
 }
 
+// bf16x2 bits of 2^120 * 2^(e-127) in both halves: the UE8M0 block scale e (clamped to 134) that undoes
+// e4m3x4_raw's 2^-120.
+__device__ __forceinline__ u32 fp8_scale_x2(u32 e) {
+    e = e > 134u ? 134u : e;
+    const u32 f = (e + 120u) << 7;
+    return f | (f << 16);
+}
+
 __device__ __forceinline__ u32 word_of(const uint4& v, int i) {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
+}
+
+// An MMA A fragment from word st of w0 (4 e4m3 weights of row g) and of w1 (row g + 8), scaled by f
+// (fp8_scale_x2). PERM: the stored bytes are (b0, b2, b1, b3) (gemv_ring's staged layout), so reorder them first.
+// Each word is decoded right after it is read: this order keeps both callers' SASS as it was before the helper.
+template <bool PERM>
+__device__ __forceinline__ void fp8_frag(u32 (&a)[4], const uint4& w0, const uint4& w1, int st, u32 f) {
+    u32 lo0, hi0, lo1, hi1;
+    e4m3x4_raw(PERM ? byte_perm(word_of(w0, st), 0u, 0x3120) : word_of(w0, st), lo0, hi0);
+    e4m3x4_raw(PERM ? byte_perm(word_of(w1, st), 0u, 0x3120) : word_of(w1, st), lo1, hi1);
+    a[0] = bf16x2_mul(lo0, f);
+    a[1] = bf16x2_mul(lo1, f);
+    a[2] = bf16x2_mul(hi0, f);
+    a[3] = bf16x2_mul(hi1, f);
 }
 
 // The 8 weight loads of one 128-byte K step: wv[c][mt][h] = row (mt, h) bytes [128 kb + 64 c + 16 t, +16).
@@ -72,9 +94,7 @@ __device__ __forceinline__ void gemv_load_step(uint4 (&wv)[2][GEMV_MT][2], const
 template <int NT>
 __device__ __forceinline__ void gemv_fp8_step(float* acc, const uint4 (&wv)[2][GEMV_MT][2], u32 e,
                                               const u16* __restrict__ x, int kb, int g, int t, int B, int K) {
-    e = e > 134u ? 134u : e;
-    u32 f = (e + 120u) << 7;  // bf16 bits of 2^120 * 2^(e-127)
-    f |= f << 16;
+    const u32 f = fp8_scale_x2(e);
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -83,15 +103,8 @@ __device__ __forceinline__ void gemv_fp8_step(float* acc, const uint4 (&wv)[2][G
 #pragma unroll
         for (int st = 0; st < 4; ++st)
 #pragma unroll
-            for (int mt = 0; mt < GEMV_MT; ++mt) {
-                u32 lo0, hi0, lo1, hi1;
-                e4m3x4_raw(word_of(wv[c][mt][0], st), lo0, hi0);
-                e4m3x4_raw(word_of(wv[c][mt][1], st), lo1, hi1);
-                a[st][mt][0] = bf16x2_mul(lo0, f);
-                a[st][mt][1] = bf16x2_mul(lo1, f);
-                a[st][mt][2] = bf16x2_mul(hi0, f);
-                a[st][mt][3] = bf16x2_mul(hi1, f);
-            }
+            for (int mt = 0; mt < GEMV_MT; ++mt)
+                fp8_frag<false>(a[st][mt], wv[c][mt][0], wv[c][mt][1], st, f);
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const int b = j * 8 + g;

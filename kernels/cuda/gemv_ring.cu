@@ -20,9 +20,8 @@
 // Timings (H200, kernels/BENCH_NOTES.md "gemv8"): batch 64 1.3-2.7x faster per GEMV than gemv.cu (graph step at
 //          4K 74.0 -> 67.9 ms), batch 1-8 5-20% slower. A cluster (DSMEM) split-K reduction was 1.2-2x slower.
 // Constraints: FP8 K % 16 == 0, bf16 K % 8 == 0; scale exponent byte <= 134; B <= 64.
-// Shared with gemv.cu (same translation unit, sorted before): GemvParams, e4m3x4_raw, word_of. The 6-line FP8
-//          fragment decode in ring_fp8_step mirrors gemv_fp8_step's; a shared helper changed this kernel's
-//          instruction schedule, so it waits for a GPU run to be folded.
+// Shared with gemv.cu (same translation unit, sorted before): GemvParams, fp8_scale_x2, fp8_frag, word_of. The
+//          helpers keep this file's SASS byte for byte as it was with the decode written out here (sm_90a).
 #include "common.cuh"
 
 #define GEMV_XS_FP8 272   // x stage row stride in bytes (256 + 16: conflict-free 16-byte reads)
@@ -79,9 +78,7 @@ __device__ __forceinline__ void ring_issue_x(u32 dst, const u16* x, int B, int K
 // One FP8 K step (128 values) of a warp's MT x 16 rows (stage rows wr0..) against NT batch tiles.
 template <int NT, int MT>
 __device__ __forceinline__ void ring_fp8_step(float* acc, u32 ws, u32 xs, int wr0, u32 e, int g, int t) {
-    e = e > 134u ? 134u : e;
-    u32 f = (e + 120u) << 7;  // bf16 bits of 2^120 * 2^(e-127)
-    f |= f << 16;
+    const u32 f = fp8_scale_x2(e);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
         u32 a[4][MT][4];
@@ -91,15 +88,8 @@ __device__ __forceinline__ void ring_fp8_step(float* acc, u32 ws, u32 xs, int wr
             const uint4 w0 = gv_lds128(ws + gv_wofs(r, c * 4 + t));
             const uint4 w1 = gv_lds128(ws + gv_wofs(r + 8, c * 4 + t));
 #pragma unroll
-            for (int st = 0; st < 4; ++st) {
-                u32 lo0, hi0, lo1, hi1;  // bytes reordered (b0, b2, b1, b3): lo = (b0, b1), hi = (b2, b3)
-                e4m3x4_raw(byte_perm(word_of(w0, st), 0u, 0x3120), lo0, hi0);
-                e4m3x4_raw(byte_perm(word_of(w1, st), 0u, 0x3120), lo1, hi1);
-                a[st][mt][0] = bf16x2_mul(lo0, f);
-                a[st][mt][1] = bf16x2_mul(lo1, f);
-                a[st][mt][2] = bf16x2_mul(hi0, f);
-                a[st][mt][3] = bf16x2_mul(hi1, f);
-            }
+            for (int st = 0; st < 4; ++st)  // bytes reordered (b0, b2, b1, b3): lo = (b0, b1), hi = (b2, b3)
+                fp8_frag<true>(a[st][mt], w0, w1, st, f);
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {

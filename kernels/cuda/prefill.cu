@@ -69,13 +69,6 @@ __device__ __forceinline__ void pf_mma(float* c, const u32 (&a)[4], const u32 (&
     mma_bf16_16816(c, a[0], a[1], a[2], a[3], b[0], b[1]);
 }
 
-// bf16x2 multiplier 2^120 * 2^(e-127) of an FP8 block-scale byte (clamped at 134 like fp8_gemv).
-__device__ __forceinline__ u32 pf_fp8_scale(u32 e) {
-    e = e > 134u ? 134u : e;
-    const u32 f = (e + 120u) << 7;
-    return f | (f << 16);
-}
-
 // bf16x2 multiplier 2^126 * 2^(e-127) of an FP4 scale byte (clamped at 128 like fp4_expert).
 __device__ __forceinline__ u32 pf_fp4_scale(u32 e) {
     e = e > 128u ? 128u : e;

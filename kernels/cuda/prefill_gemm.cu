@@ -75,7 +75,7 @@ __device__ __forceinline__ void pf_load_w(const PfGemm& p, int g, int expert, in
             const int c = tid + 256 * j, row = c >> 2, k = k0 + (c & 3) * 16, n = n0 + row;
             const bool ok = n < N && k < K;
             r.v[j] = ok ? ldg_stream(w + (u64)n * K + k) : make_uint4(0, 0, 0, 0);
-            r.f[j] = ok ? pf_fp8_scale(p.s[g][(n >> 7) * kb + (k >> 7)]) : 0u;
+            r.f[j] = ok ? fp8_scale_x2(p.s[g][(n >> 7) * kb + (k >> 7)]) : 0u;
         }
     } else if (WT == PF_WT_FP4) {
         const int row = tid >> 1, k = k0 + (tid & 1) * 32, n = n0 + row;

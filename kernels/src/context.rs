@@ -3,7 +3,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
-use crate::error::{KernelError, Result};
+use crate::error::Result;
 use crate::module::{self, ModuleSource};
 use crate::probe::{self, GpuInfo};
 
@@ -33,11 +33,7 @@ pub struct Kernels {
 
 impl Kernels {
     fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| crate::ops::kernel(module, name);
         let fp4_expert = [get("fp4_expert_mt1")?, get("fp4_expert_mt2")?];
         for f in &fp4_expert {
             // Their cp.async rings set the blocks per SM (7 or 8): ask for the largest shared-memory carveout.

@@ -10,7 +10,8 @@ use super::graph::GraphSet;
 use super::model::{GpuModel, StepInput};
 use super::prefill::PrefillWs;
 use super::sampling::DeviceSampler;
-use super::seqs::{check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner};
+use super::seqs::{check_draws, feed_steps, logits_only, tokens_only, SeqTable, StepRunner};
+use super::slots::{routed_backend_methods, Layers, SlotStates};
 use super::weights::ModelWeightsDev;
 use super::RunnerError;
 use crate::api::{GpuStatus, Numerics};
@@ -173,76 +174,18 @@ impl Backend for GpuBackend {
         format!("CUDA on {} ({:?} numerics)", info.name, self.model.numerics)
     }
 
-    fn config(&self) -> &ModelConfig {
-        &self.model.cfg
-    }
-
-    fn context_limit(&self) -> usize {
-        self.table.context_limit
-    }
-
-    fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let model = &mut self.model;
-        self.table.create_with(|slot| {
-            let stream = model.ctx.stream.clone();
-            for st in &mut model.states {
-                st.reset_slot(&stream, slot).map_err(dev)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn release_seq(&mut self, seq: SeqId) {
-        self.table.release(seq);
-    }
-
-    fn seq_len(&self, seq: SeqId) -> Result<usize, BackendError> {
-        Ok(self.table.get(seq)?.pos)
-    }
-
-    fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        Ok(logits_only(self.feed(work, None, true)?))
-    }
-
-    fn forward_pick(
-        &mut self,
-        work: &[Work<'_>],
-        draws: &[Draw],
-    ) -> Result<Vec<u32>, BackendError> {
-        check_draws(work, draws)?;
-        Ok(tokens_only(self.feed(work, Some(draws), false)?))
-    }
-
-    fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let model = &self.model;
-        self.table.snapshot_with(seq, |slot| {
-            let stream = &model.ctx.stream;
-            model
-                .states
-                .iter()
-                .map(|st| st.snapshot(stream, slot))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(dev)
-        })
-    }
-
-    fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let model = &mut self.model;
-        self.table.restore_with(seq, snapshot, |slot, layers| {
-            let stream = model.ctx.stream.clone();
-            for (st, ls) in model.states.iter_mut().zip(layers) {
-                st.restore(&stream, slot, ls).map_err(dev)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn release_snapshot(&mut self, snapshot: SnapshotId) {
-        self.table.release_snapshot(snapshot);
-    }
+    routed_backend_methods!();
 
     fn gpu_status(&self) -> Vec<GpuStatus> {
         vec![gpu_status_of(&self.model.ctx)]
+    }
+}
+
+/// The one GPU's layer states, for [`routed_backend_methods`].
+fn slots_of(model: &mut GpuModel) -> Layers<'_> {
+    Layers {
+        stream: &model.ctx.stream,
+        states: &mut model.states,
     }
 }
 

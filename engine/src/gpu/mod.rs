@@ -18,6 +18,7 @@ pub mod prefill;
 pub mod probe;
 pub(crate) mod sampling;
 pub(crate) mod seqs;
+mod slots;
 mod synth;
 mod weights;
 mod workspace;

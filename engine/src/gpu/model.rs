@@ -5,7 +5,7 @@
 //! `ctx.stream` (the MoE's shared expert on the workspace's side stream, joined back) with no host sync,
 //! no allocation and per-step values read from device buffers, so the step can be captured as a graph.
 
-use super::attention::{self, AttnState};
+use super::attention::{self, AttnState, DecodeIn};
 use super::moe::{self, Hook};
 use super::weights::{BlockDev, HcDev, ModelWeightsDev};
 use super::workspace::Workspace;
@@ -112,7 +112,7 @@ impl GpuModel {
         }
         let (ctx, cfg, w, ws) = (&self.ctx, &self.cfg, &self.weights, &mut self.ws);
         let d = cfg.hidden_size;
-        ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.x)?;
+        ctx.launch_embed_streams(&ctx.stream, rows, d, &ws.tokens, &w.embed, &mut ws.io.x)?;
         hook("embed", ws)?;
         let mut post = Post::None;
         for (blk, state) in w.blocks.iter().zip(self.states.iter_mut()) {
@@ -153,7 +153,7 @@ impl GpuModel {
     }
 }
 
-/// One block on `ws.x` (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost), the unsplit
+/// One block on `ws.io.x` (HCPre+norm -> attention -> HCPost -> HCPre+norm -> MoE -> HCPost), the unsplit
 /// model's and a layer-split rank's. `post`: the previous block's pending HCPost (fused into this block's
 /// attention mixer). Returns this block's own pending HCPost (the MoE's): the caller fuses it into the next
 /// HCPre or applies it with [`flush_post`].
@@ -174,21 +174,12 @@ pub(crate) fn run_block(
     let (hc, norm) = (&blk.hc_attn, &blk.attn_norm);
     hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Attn { quant }, post)?;
     hook("hc_pre.attn", ws)?;
-    ws.attn.xq_ready = quant;
-    let r = attention::decode(
-        ctx,
-        &ctx.stream,
-        &blk.attn,
-        state,
-        &ws.meta,
-        rows,
-        &ws.a,
-        &mut ws.attn,
-        &mut ws.attn_out,
-        numerics,
-    );
-    ws.attn.xq_ready = false;
-    r?;
+    let inp = DecodeIn {
+        xq_ready: quant,
+        ..DecodeIn::new(&ws.meta, rows, &ws.io.a)
+    };
+    let (sc, out) = (&mut ws.attn, &mut ws.io.attn_out);
+    attention::decode(ctx, &ctx.stream, &blk.attn, state, &inp, sc, out, numerics)?;
     hook("attention", ws)?;
     let ffn = Mixer::Ffn {
         quant: numerics == Numerics::Official,
@@ -217,8 +208,8 @@ pub(crate) fn flush_post(
     rows: usize,
     post: Post,
 ) -> Result<(), RunnerError> {
-    match post.source(cfg, &ws.attn_out, &ws.y_routed, &ws.y_shared) {
-        Some(f) => post_alone(ctx, rows, cfg.hidden_size, &mut ws.x, &ws.mix, f),
+    match post.source(cfg, &ws.io.attn_out, &ws.ex.y_routed, &ws.ex.y_shared) {
+        Some(f) => post_alone(ctx, rows, cfg.hidden_size, &mut ws.io.x, &ws.io.mix, f),
         None => Ok(()),
     }
 }
@@ -316,16 +307,16 @@ pub(crate) trait HcWorkspace {
 impl HcWorkspace for Workspace {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
-            x: &mut self.x,
+            x: &mut self.io.x,
             x_post: Some(&mut self.x_post),
-            hc_ws: &mut self.hc_ws,
-            mix: &mut self.mix,
-            a: &mut self.a,
-            aq: &mut self.aq,
+            hc_ws: &mut self.io.hc_ws,
+            mix: &mut self.io.mix,
+            a: &mut self.io.a,
+            aq: &mut self.io.aq,
             xq: Some(&mut self.attn.xq),
-            attn_out: &self.attn_out,
-            y_routed: &self.y_routed,
-            y_shared: &self.y_shared,
+            attn_out: &self.io.attn_out,
+            y_routed: &self.ex.y_routed,
+            y_shared: &self.ex.y_shared,
         }
     }
 }
@@ -390,7 +381,7 @@ pub(crate) fn hc_head(
     hc_pre(ctx, cfg, ws, rows, hc, norm, Mixer::Head, post)
 }
 
-/// Vocabulary head (f32 logits of the normalised HC-head output in `ws.a`) and greedy argmax.
+/// Vocabulary head (f32 logits of the normalised HC-head output in `ws.io.a`) and greedy argmax.
 pub(crate) fn head(
     ctx: &GpuContext,
     cfg: &ModelConfig,
@@ -402,7 +393,7 @@ pub(crate) fn head(
     let (v, d) = (cfg.vocab_size, cfg.hidden_size);
     let plan = ctx.gemv_plan(GemvWeights::Bf16, rows, v, d)?;
     let out = GemvOut::f32(&mut ws.logits, s);
-    ctx.launch_gemv_bf16(s, &plan, &ws.a, w, out, &mut ws.gemv)?;
+    ctx.launch_gemv_bf16(s, &plan, &ws.io.a, w, out, &mut ws.gemv)?;
     ctx.launch_argmax_rows(s, rows, v, &ws.logits, &mut ws.next)?;
     Ok(())
 }

@@ -97,7 +97,7 @@ fn gate_logits(
     let (e, d) = (cfg.n_routed_experts, cfg.hidden_size);
     let plan = ctx.gemv_plan(GemvWeights::Bf16, rows, e, d)?;
     let out = GemvOut::f32(&mut ws.gate, s);
-    ctx.launch_gemv_bf16(s, &plan, &ws.a, &w.gate, out, &mut ws.gemv)?;
+    ctx.launch_gemv_bf16(s, &plan, &ws.io.a, &w.gate, out, &mut ws.gemv)?;
     Ok(())
 }
 
@@ -140,7 +140,7 @@ pub(crate) fn expert_shape(
     }
 }
 
-/// Routed experts: w1, w3 -> SwiGLU (x routing weight, act-quant) -> w2, per slot into `ws.y_routed`.
+/// Routed experts: w1, w3 -> SwiGLU (x routing weight, act-quant) -> w2, per slot into `ws.ex.y_routed`.
 /// `cfg.n_routed_experts` is the bank's expert count (a tensor-parallel rank's own experts).
 pub(crate) fn routed(
     ctx: &GpuContext,
@@ -154,9 +154,9 @@ pub(crate) fn routed(
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     let b = &w.bank;
     let quant = quant && b.format == ExpertFormat::Fp4;
-    let x = if quant { &ws.aq } else { &ws.a };
+    let x = if quant { &ws.io.aq } else { &ws.io.a };
     let up = expert_shape(cfg, rows, i, d, false);
-    let (g, u) = (GemvOut::f32(&mut ws.g, s), GemvOut::f32(&mut ws.u, s));
+    let (g, u) = (GemvOut::f32(&mut ws.ex.g, s), GemvOut::f32(&mut ws.ex.u, s));
     expert_up(ctx, s, &up, x, b, &ws.group, [g, u])?;
     let slots = rows * cfg.num_experts_per_tok;
     let lim = cfg.swiglu_limit;
@@ -166,14 +166,14 @@ pub(crate) fn routed(
         i,
         lim,
         quant,
-        &ws.g,
-        &ws.u,
+        &ws.ex.g,
+        &ws.ex.u,
         Some(&ws.wts),
-        &mut ws.h,
+        &mut ws.ex.h,
     )?;
     let down = expert_shape(cfg, rows, d, i, true);
-    let out = GemvOut::f32(&mut ws.y_routed, s);
-    expert_down(ctx, s, &down, &ws.h, b, &ws.group, out)?;
+    let out = GemvOut::f32(&mut ws.ex.y_routed, s);
+    expert_down(ctx, s, &down, &ws.ex.h, b, &ws.group, out)?;
     Ok(())
 }
 
@@ -245,7 +245,7 @@ fn bf16_view(w: &CudaSlice<u8>) -> Result<CudaView<'_, bf16>, RunnerError> {
         .ok_or_else(|| RunnerError::Unsupported("bf16 expert bank of odd byte length".into()))
 }
 
-/// The shared expert into `ws.y_shared` on the work stream (the tensor-split rank's serial path).
+/// The shared expert into `ws.ex.y_shared` on the work stream (the tensor-split rank's serial path).
 pub(crate) fn shared(
     ctx: &GpuContext,
     cfg: &ModelConfig,
@@ -257,7 +257,7 @@ pub(crate) fn shared(
     shared_on(ctx, &ctx.stream, cfg, w, ws, rows, quant)
 }
 
-/// The shared expert into `ws.y_shared` on stream `s`: w1 and w3 in one grouped GEMV (same input),
+/// The shared expert into `ws.ex.y_shared` on stream `s`: w1 and w3 in one grouped GEMV (same input),
 /// SwiGLU, w2. Its width is the weights' (a tensor-parallel rank holds a slice of its rows). Its GEMVs use
 /// their own split-K scratch (`ws.gemv_side`), so they may run concurrently with the gate GEMV.
 fn shared_on(
@@ -273,13 +273,26 @@ fn shared_on(
     // w1 and w3 share one launch, so one format (checked at load: check_shared_formats).
     let wt = w1.wt;
     let quant = quant && wt == GemvWeights::Fp8;
-    let x = dptr(if quant { &ws.aq } else { &ws.a }, s);
-    let up = [fp8_job(w1, x, &mut ws.sg, s), fp8_job(w3, x, &mut ws.su, s)];
+    let x = dptr(if quant { &ws.io.aq } else { &ws.io.a }, s);
+    let up = [
+        fp8_job(w1, x, &mut ws.ex.sg, s),
+        fp8_job(w3, x, &mut ws.ex.su, s),
+    ];
     grouped_gemv(ctx, s, rows, wt, w1.inp, false, &up, &mut ws.gemv_side)?;
     let (i, lim) = (w1.out, cfg.swiglu_limit);
     let none: Option<&CudaSlice<f32>> = None;
-    ctx.launch_moe_swiglu(s, rows, i, lim, quant, &ws.sg, &ws.su, none, &mut ws.sh)?;
-    let down = [fp8_job(w2, dptr(&ws.sh, s), &mut ws.y_shared, s)];
+    ctx.launch_moe_swiglu(
+        s,
+        rows,
+        i,
+        lim,
+        quant,
+        &ws.ex.sg,
+        &ws.ex.su,
+        none,
+        &mut ws.ex.sh,
+    )?;
+    let down = [fp8_job(w2, dptr(&ws.ex.sh, s), &mut ws.ex.y_shared, s)];
     grouped_gemv(ctx, s, rows, w2.wt, w2.inp, false, &down, &mut ws.gemv_side)?;
     Ok(())
 }
@@ -291,8 +304,8 @@ fn shared_on(
 /// launch waits for; at batch 1 the SMs are mostly idle and the earlier start wins.
 const FORK_BEFORE_GATE_ROWS: usize = 4;
 
-/// The MoE of `rows` rows of `ws.a`: leaves routed outputs in `ws.y_routed` and the shared expert's in
-/// `ws.y_shared` (summed by the caller's HCPost).
+/// The MoE of `rows` rows of `ws.io.a`: leaves routed outputs in `ws.ex.y_routed` and the shared expert's in
+/// `ws.ex.y_shared` (summed by the caller's HCPost).
 ///
 /// The shared expert depends only on the input, so it runs on the workspace's side stream, forked from
 /// the work stream (before the gate GEMV or after the routing, see [`FORK_BEFORE_GATE_ROWS`]) and joined
@@ -309,7 +322,7 @@ pub fn forward(
     numerics: Numerics,
     hook: Hook<'_>,
 ) -> Result<(), RunnerError> {
-    // Official numerics: ws.aq (the FP8 fake-quantised input) was written by the ffn HCPre; it (and the
+    // Official numerics: ws.io.aq (the FP8 fake-quantised input) was written by the ffn HCPre; it (and the
     // FP8 round trip of the SwiGLU output) feeds FP4 experts / FP8 shared experts only.
     let official = numerics == Numerics::Official;
     let early = rows <= FORK_BEFORE_GATE_ROWS;

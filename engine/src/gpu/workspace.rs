@@ -19,20 +19,9 @@ pub struct Workspace {
     /// Per-step inputs, written by one host copy each before the step (graph replay reads them).
     pub tokens: CudaSlice<i32>,
     pub meta: StepMeta,
-    /// Residual streams bf16 [rows, n, D].
-    pub x: CudaSlice<bf16>,
-    /// The streams after an HCPost fused into the next HCPre (that HCPre copies them back into `x`).
+    pub io: BlockIo,
+    /// The streams after an HCPost fused into the next HCPre (that HCPre copies them back into `io.x`).
     pub x_post: CudaSlice<bf16>,
-    /// HCPre partial sums.
-    pub hc_ws: CudaSlice<f32>,
-    /// post/comb f32 [rows, 24].
-    pub mix: CudaSlice<f32>,
-    /// Normalised sub-block input bf16 [rows, D].
-    pub a: CudaSlice<bf16>,
-    /// FP8-fake-quantised copy of the ffn input feeding the expert GEMVs (official numerics), written by
-    /// the ffn HCPre from f32.
-    pub aq: CudaSlice<bf16>,
-    pub attn_out: CudaSlice<bf16>,
     pub attn: AttnScratch,
     /// Gate logits f32 [rows, E].
     pub gate: CudaSlice<f32>,
@@ -46,19 +35,84 @@ pub struct Workspace {
     pub ids: CudaSlice<i32>,
     pub wts: CudaSlice<f32>,
     pub group: CudaSlice<i32>,
-    /// Routed w1/w3 outputs f32 [rows*topk, I], SwiGLU bf16 [rows*topk, I], w2 output f32 [rows*topk, D].
+    pub ex: ExpertBufs,
+    /// f32 [rows, vocab] and the greedy token of each row.
+    pub logits: CudaSlice<f32>,
+    pub next: CudaSlice<i32>,
+}
+
+/// The residual streams and each sub-block's input and output, for `rows` rows (decode step or prefill call).
+pub struct BlockIo {
+    /// Residual streams bf16 [rows, n, D].
+    pub x: CudaSlice<bf16>,
+    /// HCPre partial sums.
+    pub hc_ws: CudaSlice<f32>,
+    /// post/comb f32 [rows, 24].
+    pub mix: CudaSlice<f32>,
+    /// Normalised sub-block input bf16 [rows, D].
+    pub a: CudaSlice<bf16>,
+    /// FP8-fake-quantised copy of the ffn input feeding the expert GEMVs (official numerics), written by
+    /// the ffn HCPre from f32.
+    pub aq: CudaSlice<bf16>,
+    pub attn_out: CudaSlice<bf16>,
+}
+
+impl BlockIo {
+    pub(crate) fn new(ctx: &GpuContext, rows: usize, d: usize) -> Result<Self, RunnerError> {
+        Ok(BlockIo {
+            x: zeros(ctx, rows * HC_STREAMS * d)?,
+            hc_ws: zeros(ctx, hc_workspace_len(rows, d))?,
+            mix: zeros(ctx, rows * HC_MIX)?,
+            a: zeros(ctx, rows * d)?,
+            aq: zeros(ctx, rows * d)?,
+            attn_out: zeros(ctx, rows * d)?,
+        })
+    }
+
+    /// Device bytes of [`BlockIo::new`].
+    pub(crate) fn bytes_for(rows: usize, d: usize) -> usize {
+        rows * (2 * HC_STREAMS * d + 4 * HC_MIX + 6 * d) + 4 * hc_workspace_len(rows, d)
+    }
+}
+
+/// The expert outputs of `slots` routed slots and `rows` rows: routed w1/w3 f32 [slots, I], SwiGLU bf16
+/// [slots, I], w2 f32 [slots, D]; the shared expert's f32 [rows, I] x2, bf16 [rows, I], f32 [rows, D].
+pub struct ExpertBufs {
     pub g: CudaSlice<f32>,
     pub u: CudaSlice<f32>,
     pub h: CudaSlice<bf16>,
     pub y_routed: CudaSlice<f32>,
-    /// Shared expert: f32 [rows, I] x2, bf16 [rows, I], f32 [rows, D].
     pub sg: CudaSlice<f32>,
     pub su: CudaSlice<f32>,
     pub sh: CudaSlice<bf16>,
     pub y_shared: CudaSlice<f32>,
-    /// f32 [rows, vocab] and the greedy token of each row.
-    pub logits: CudaSlice<f32>,
-    pub next: CudaSlice<i32>,
+}
+
+impl ExpertBufs {
+    pub(crate) fn new(
+        ctx: &GpuContext,
+        rows: usize,
+        slots: usize,
+        cfg: &ModelConfig,
+    ) -> Result<Self, RunnerError> {
+        let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+        Ok(ExpertBufs {
+            g: zeros(ctx, slots * i)?,
+            u: zeros(ctx, slots * i)?,
+            h: zeros(ctx, slots * i)?,
+            y_routed: zeros(ctx, slots * d)?,
+            sg: zeros(ctx, rows * i)?,
+            su: zeros(ctx, rows * i)?,
+            sh: zeros(ctx, rows * i)?,
+            y_shared: zeros(ctx, rows * d)?,
+        })
+    }
+
+    /// Device bytes of [`ExpertBufs::new`].
+    pub(crate) fn bytes_for(rows: usize, slots: usize, cfg: &ModelConfig) -> usize {
+        let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+        (slots + rows) * (10 * i + 4 * d)
+    }
 }
 
 /// A second stream with the events that fork it from the work stream and join it back, created once
@@ -79,7 +133,8 @@ impl SideStream {
     }
 }
 
-fn zeros<T: DeviceRepr + ValidAsZeroBits>(
+/// A zeroed device buffer of `len` elements (at least one: a zero-length buffer has no address).
+pub(crate) fn zeros<T: DeviceRepr + ValidAsZeroBits>(
     ctx: &GpuContext,
     len: usize,
 ) -> Result<CudaSlice<T>, RunnerError> {
@@ -125,13 +180,8 @@ impl Workspace {
                 slots: zeros(ctx, r)?,
                 positions: zeros(ctx, r)?,
             },
-            x: zeros(ctx, r * HC_STREAMS * d)?,
+            io: BlockIo::new(ctx, r, d)?,
             x_post: zeros(ctx, r * HC_STREAMS * d)?,
-            hc_ws: zeros(ctx, hc_workspace_len(r, d))?,
-            mix: zeros(ctx, r * HC_MIX)?,
-            a: zeros(ctx, r * d)?,
-            aq: zeros(ctx, r * d)?,
-            attn_out: zeros(ctx, r * d)?,
             attn: AttnScratch::new(ctx, cfg, r)?,
             gate: zeros(ctx, r * e)?,
             gemv: GemvScratch::new(&ctx.stream, ws_len, cnt_len)?,
@@ -140,14 +190,7 @@ impl Workspace {
             ids: zeros(ctx, slots)?,
             wts: zeros(ctx, slots)?,
             group: zeros(ctx, moe_group_meta_len(slots))?,
-            g: zeros(ctx, slots * i)?,
-            u: zeros(ctx, slots * i)?,
-            h: zeros(ctx, slots * i)?,
-            y_routed: zeros(ctx, slots * d)?,
-            sg: zeros(ctx, r * i)?,
-            su: zeros(ctx, r * i)?,
-            sh: zeros(ctx, r * i)?,
-            y_shared: zeros(ctx, r * d)?,
+            ex: ExpertBufs::new(ctx, r, slots, cfg)?,
             logits: zeros(ctx, r * cfg.vocab_size)?,
             next: zeros(ctx, r)?,
         })

@@ -113,10 +113,12 @@ impl GpuContext {
             ..Default::default()
         };
         for (j, job) in jobs.iter().enumerate() {
-            check(NAME, job.dc > 0 && job.dc as usize <= VEC_MAX, || {
-                format!("compress dc {}", job.dc)
-            })?;
-            pos_i32("ratio", job.ratio)?;
+            check(
+                NAME,
+                job.tail.dc > 0 && job.tail.dc as usize <= VEC_MAX,
+                || format!("compress dc {}", job.tail.dc),
+            )?;
+            pos_i32("ratio", job.tail.ratio)?;
             p.job[j] = *job;
         }
         let c = cfg((grid(NAME, rows)?, grid(NAME, jobs.len())?, 1), 256, 0);
@@ -133,7 +135,7 @@ impl GpuContext {
         rows: usize,
         p: &AttnIndexScore,
     ) -> Result<()> {
-        let (h, d) = (p.heads as usize, p.dim as usize);
+        let (h, d) = (p.core.heads as usize, p.core.dim as usize);
         check(NAME, h > 0 && h <= INDEX_MAX_HEADS, || {
             format!("index heads {h}")
         })?;
@@ -143,7 +145,7 @@ impl GpuContext {
             || format!("index dim {d}"),
         )?;
         // 4 warps of 16 entries per block: more blocks than cap / 64 would find no work.
-        let blocks = splits.min((p.cap.max(1) as usize).div_ceil(64)).max(1);
+        let blocks = splits.min((p.core.cap.max(1) as usize).div_ceil(64)).max(1);
         let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
         // SAFETY: caller's contract.
         unsafe { self.launch_one(s, &self.kernels.attn.index_score, c, p) }

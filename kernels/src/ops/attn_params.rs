@@ -6,10 +6,10 @@
 //! reads and writes (see each kernel's header comment for the extents).
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr};
 
-use crate::error::{KernelError, Result};
+use super::opt_in_smem;
+use crate::error::Result;
 
 /// Quantisation mode of a finished vector (`ATTN_QUANT_*` in attn_common.cu).
 pub const QUANT_NONE: i32 = 0;
@@ -56,24 +56,12 @@ pub fn sparse_smem_bytes(dim: usize) -> usize {
 
 impl AttnKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| super::kernel(module, name);
         let index_topk = get("attn_index_topk")?;
-        let bytes = i32::try_from(4 * TOPK_STAGED_MAX).unwrap_or(i32::MAX);
-        index_topk.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes,
-        )?;
+        opt_in_smem(&index_topk, 4 * TOPK_STAGED_MAX)?;
         let sparse_partial = get("attn_sparse_partial")?;
         // 52.4 KB at dim 512: above the 48 KB default, so opt in once here.
-        let bytes = i32::try_from(sparse_smem_bytes(VEC_MAX)).unwrap_or(i32::MAX);
-        sparse_partial.set_attribute(
-            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes,
-        )?;
+        opt_in_smem(&sparse_partial, sparse_smem_bytes(VEC_MAX))?;
         Ok(AttnKernels {
             row_prep: get("attn_row_prep")?,
             vec_prep: get("attn_vec_prep")?,
@@ -145,15 +133,22 @@ pub(crate) struct AttnCompressJobs {
     pub pad: i32,
 }
 
+/// The leading fields of the C structs AttnCompress and PfCompress (prefill_state.cu): the compressor's input
+/// and weights. Nested here only; the C structs stay flat (same bytes: the pieces are 8-byte aligned).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct AttnCompress {
+pub struct CompressHead {
     pub proj: u64,
     pub ape: u64,
     pub norm_w: u64,
     pub freqs: u64,
-    pub slots: u64,
-    pub positions: u64,
+}
+
+/// The trailing fields of the C structs AttnCompress and PfCompress: the compressor's state and cache and
+/// its shape (both kernels read the same fields after their own row addressing).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompressTail {
     pub state_kv: u64,
     pub state_sc: u64,
     pub cache: u64,
@@ -169,9 +164,21 @@ pub struct AttnCompress {
     pub eps: f32,
 }
 
+/// The C struct AttnCompress: the shared head, each row's slot and position, the shared tail.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-pub struct AttnIndexScore {
+pub struct AttnCompress {
+    pub head: CompressHead,
+    pub slots: u64,
+    pub positions: u64,
+    pub tail: CompressTail,
+}
+
+/// The leading fields of the C structs AttnIndexScore and PfIndexScore (prefill_index.cu), nested here only
+/// (the C structs stay flat; same bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IndexScoreCore {
     pub q: u64,
     pub wts: u64,
     pub keys: u64,
@@ -184,6 +191,13 @@ pub struct AttnIndexScore {
     pub cap: i32,
     pub ratio: i32,
     pub k: i32,
+}
+
+/// The C struct AttnIndexScore.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnIndexScore {
+    pub core: IndexScoreCore,
     pub scale: f32,
     pub pad: i32,
 }
@@ -240,22 +254,56 @@ pub struct AttnMerge {
     pub rows: i32,
 }
 
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnRowPrep in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnRowPrep {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnVecPrep in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnVecPrep {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnCompress in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnCompress {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnIndexScore in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnIndexScore {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnIndexTopk in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnIndexTopk {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnSparse in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnSparse {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct AttnMerge in cuda/attn_*.cu; no references.
-unsafe impl DeviceRepr for AttnMerge {}
-// SAFETY: #[repr(C)] arrays of the structs above and i32s, laid out as the C struct AttnVecPrepJobs; no
-// references.
-unsafe impl DeviceRepr for AttnVecPrepJobs {}
-// SAFETY: #[repr(C)] array of AttnCompress and i32s, laid out as the C struct AttnCompressJobs.
-unsafe impl DeviceRepr for AttnCompressJobs {}
+/// `unsafe impl DeviceRepr` for parameter structs that mirror a C struct of cuda/*.cu byte for byte.
+macro_rules! device_repr {
+    ($($t:ty),* $(,)?) => {$(
+        // SAFETY: the type is #[repr(C)] of u64/i32/f32 fields (and arrays or structs of them), laid out as
+        // the C struct of the same name (sizes and offsets checked by the tests below); no references.
+        unsafe impl DeviceRepr for $t {}
+    )*};
+}
+pub(crate) use device_repr;
+
+device_repr!(
+    AttnRowPrep,
+    AttnVecPrep,
+    AttnCompress,
+    AttnIndexScore,
+    AttnIndexTopk,
+    AttnSparse,
+    AttnMerge,
+    AttnVecPrepJobs,
+    AttnCompressJobs,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn parameter_blocks_have_the_c_layouts() {
+        // Pointers first, then 4-byte fields, padded to 8 bytes (the C structs in cuda/attn_*.cu).
+        assert_eq!(size_of::<AttnRowPrep>(), 3 * 8 + 6 * 4);
+        assert_eq!(size_of::<AttnVecPrep>(), 6 * 8 + 8 * 4);
+        assert_eq!(size_of::<AttnIndexScore>(), 6 * 8 + 8 * 4);
+        assert_eq!(offset_of!(AttnIndexScore, scale), 6 * 8 + 6 * 4);
+        assert_eq!(size_of::<AttnIndexTopk>(), 4 * 8 + 4 * 4);
+        assert_eq!(size_of::<AttnSparse>(), 8 * 8 + 8 * 4);
+        assert_eq!(size_of::<AttnMerge>(), 6 * 8 + 6 * 4);
+        // AttnCompress: 9 pointers then 10 4-byte fields, as the flat C struct.
+        assert_eq!(size_of::<AttnCompress>(), 9 * 8 + 10 * 4);
+        assert_eq!(offset_of!(AttnCompress, slots), 4 * 8);
+        assert_eq!(offset_of!(AttnCompress, tail), 6 * 8);
+        assert_eq!(offset_of!(CompressTail, proj_stride), 3 * 8);
+        assert_eq!(offset_of!(CompressTail, eps), 3 * 8 + 9 * 4);
+        assert_eq!(
+            size_of::<AttnCompressJobs>(),
+            2 * size_of::<AttnCompress>() + 2 * 4
+        );
+        assert_eq!(
+            size_of::<AttnVecPrepJobs>(),
+            VEC_PREP_JOBS * size_of::<AttnVecPrep>() + (VEC_PREP_JOBS + 1) * 4
+        );
+    }
+}

@@ -183,11 +183,7 @@ pub struct GemvKernels {
 
 impl GemvKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| super::kernel(module, name);
         Ok(GemvKernels {
             fp8: [
                 get("gemv_fp8_nt1")?,

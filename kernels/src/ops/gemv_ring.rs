@@ -127,9 +127,7 @@ impl RingKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let one = |fmt: usize, nt: usize, mt: usize| -> Result<RingKernel> {
             let name = KERNEL_NAMES[fmt][nt][mt];
-            let f = module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })?;
+            let f = super::kernel(module, name)?;
             // The deepest ring the device's shared memory takes (sm_120 has ~99 KB per block).
             for depth in [4usize, 3, 2] {
                 let smem = depth * stage_bytes(fmt == 0, 2 << nt, mt + 1);

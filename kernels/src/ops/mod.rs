@@ -20,9 +20,30 @@ pub mod sample;
 pub mod split;
 pub mod synth;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::{CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut};
 
 use crate::error::{KernelError, Result};
+
+/// Kernel `name` of the module (a missing one names itself in the error).
+pub(crate) fn kernel(module: &Arc<CudaModule>, name: &'static str) -> Result<CudaFunction> {
+    module
+        .load_function(name)
+        .map_err(|source| KernelError::MissingKernel { name, source })
+}
+
+/// Lets `f` use `bytes` of dynamic shared memory (opt-in above the 48 KB default); an error where the device
+/// has less per block.
+pub(crate) fn opt_in_smem(f: &CudaFunction, bytes: usize) -> Result<()> {
+    let b = i32::try_from(bytes).unwrap_or(i32::MAX);
+    f.set_attribute(
+        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        b,
+    )?;
+    Ok(())
+}
 
 /// Raw device address of a read-only buffer. Event tracking is off (see GpuContext::new), so the guard that
 /// cudarc returns does nothing and can be dropped at once.

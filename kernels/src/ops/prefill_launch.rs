@@ -114,14 +114,16 @@ impl GpuContext {
         rows: usize,
         p: &PfIndexScore,
     ) -> Result<()> {
-        let i = dim_index(&PF_INDEX_DIMS, p.dim as usize, "indexer")?;
-        check(NAME, p.heads > 0 && p.heads <= 64 && p.ratio > 0, || {
-            format!("indexer heads {} ratio {}", p.heads, p.ratio)
-        })?;
+        let i = dim_index(&PF_INDEX_DIMS, p.core.dim as usize, "indexer")?;
+        check(
+            NAME,
+            p.core.heads > 0 && p.core.heads <= 64 && p.core.ratio > 0,
+            || format!("indexer heads {} ratio {}", p.core.heads, p.core.ratio),
+        )?;
         let c = cfg(
             (grid(NAME, splits.max(1))?, grid(NAME, rows)?, 1),
             128,
-            pf_index_smem(p.dim as usize),
+            pf_index_smem(p.core.dim as usize),
         );
         // SAFETY: caller's contract.
         unsafe { self.launch_one(s, &self.kernels.prefill.index_score[i], c, p) }
@@ -137,9 +139,11 @@ impl GpuContext {
         jobs: usize,
         p: &PfCompress,
     ) -> Result<()> {
-        check(NAME, p.dc > 0 && p.dc <= 512 && p.ratio > 0, || {
-            format!("compress dc {} ratio {}", p.dc, p.ratio)
-        })?;
+        check(
+            NAME,
+            p.tail.dc > 0 && p.tail.dc <= 512 && p.tail.ratio > 0,
+            || format!("compress dc {} ratio {}", p.tail.dc, p.tail.ratio),
+        )?;
         if jobs == 0 {
             return Ok(());
         }
@@ -158,10 +162,11 @@ impl GpuContext {
         segments: usize,
         p: &PfCompress,
     ) -> Result<()> {
-        check(NAME, p.dc > 0 && p.ratio > 0, || {
-            format!("compress dc {} ratio {}", p.dc, p.ratio)
+        check(NAME, p.tail.dc > 0 && p.tail.ratio > 0, || {
+            format!("compress dc {} ratio {}", p.tail.dc, p.tail.ratio)
         })?;
-        let cells = p.ratio as usize * p.dc as usize * if p.overlap != 0 { 2 } else { 1 };
+        let cells =
+            p.tail.ratio as usize * p.tail.dc as usize * if p.tail.overlap != 0 { 2 } else { 1 };
         let c = cfg(
             (grid(NAME, segments)?, grid(NAME, cells.div_ceil(256))?, 1),
             256,

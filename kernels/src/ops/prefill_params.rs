@@ -4,10 +4,11 @@
 //! [`super::prefill_launch`] are `unsafe`: the caller vouches for every address (see each kernel's header).
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr};
 
-use crate::error::{KernelError, Result};
+use super::attn_params::{device_repr, CompressHead, CompressTail, IndexScoreCore};
+use super::opt_in_smem;
+use crate::error::Result;
 
 /// Most groups of one dense prefill GEMM launch.
 pub const PF_GROUPS: usize = 8;
@@ -90,31 +91,18 @@ pub const PF_ATTN_DIMS: [usize; 4] = [64, 128, 256, 512];
 /// Head dims of the indexer kernel instances.
 pub const PF_INDEX_DIMS: [usize; 2] = [64, 128];
 
-fn opt_in(f: &CudaFunction, bytes: usize) -> Result<()> {
-    let b = i32::try_from(bytes).unwrap_or(i32::MAX);
-    f.set_attribute(
-        CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        b,
-    )?;
-    Ok(())
-}
-
 /// Whether the device has `bytes` of shared memory per block for `f` (the attribute is refused above it).
 fn fits(f: &CudaFunction, bytes: usize) -> bool {
-    opt_in(f, bytes).is_ok()
+    opt_in_smem(f, bytes).is_ok()
 }
 
 impl PrefillKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| super::kernel(module, name);
         let pair = |a: &'static str, b: &'static str| -> Result<[CudaFunction; 2]> {
             let f = [get(a)?, get(b)?];
-            opt_in(&f[0], pf_gemm_smem(64))?;
-            opt_in(&f[1], pf_gemm_smem(128))?;
+            opt_in_smem(&f[0], pf_gemm_smem(64))?;
+            opt_in_smem(&f[1], pf_gemm_smem(128))?;
             Ok(f)
         };
         let attn = [
@@ -129,7 +117,7 @@ impl PrefillKernels {
         }
         let index_score = [get("pf_index_score_d64")?, get("pf_index_score_d128")?];
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
-            opt_in(f, pf_index_smem(d))?;
+            opt_in_smem(f, pf_index_smem(d))?;
         }
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
@@ -193,47 +181,24 @@ pub struct PfAttn {
     pub scale: f32,
 }
 
+/// The C struct PfIndexScore: decode's AttnIndexScore core, then the first row of this launch.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PfIndexScore {
-    pub q: u64,
-    pub wts: u64,
-    pub keys: u64,
-    pub slots: u64,
-    pub positions: u64,
-    pub scores: u64,
-    pub wts_stride: i32,
-    pub heads: i32,
-    pub dim: i32,
-    pub cap: i32,
-    pub ratio: i32,
-    pub k: i32,
+    pub core: IndexScoreCore,
     pub row_begin: i32,
     pub scale: f32,
 }
 
+/// The C struct PfCompress: the compressor head and tail shared with decode's AttnCompress, around the job
+/// table.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PfCompress {
-    pub proj: u64,
-    pub ape: u64,
-    pub norm_w: u64,
-    pub freqs: u64,
+    pub head: CompressHead,
     /// Pool: `[jobs][4]` (slot, w, row0, pos0); state: `[segments][4]` (slot, row0, pos0, len).
     pub jobs: u64,
-    pub state_kv: u64,
-    pub state_sc: u64,
-    pub cache: u64,
-    pub proj_stride: i32,
-    pub kv_off: i32,
-    pub gate_off: i32,
-    pub dc: i32,
-    pub ratio: i32,
-    pub overlap: i32,
-    pub rdim: i32,
-    pub quant: i32,
-    pub cap: i32,
-    pub eps: f32,
+    pub tail: CompressTail,
 }
 
 #[repr(C)]
@@ -261,19 +226,7 @@ pub struct PfGroup {
     pub pad: i32,
 }
 
-// SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct PfGemm in cuda/prefill_gemm.cu; no
-// references.
-unsafe impl DeviceRepr for PfGemm {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfAttn in cuda/prefill_attn.cu; no references.
-unsafe impl DeviceRepr for PfAttn {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfIndexScore in cuda/prefill_index.cu.
-unsafe impl DeviceRepr for PfIndexScore {}
-// SAFETY: #[repr(C)] u64/i32/f32 fields laid out as the C struct PfCompress in cuda/prefill_state.cu.
-unsafe impl DeviceRepr for PfCompress {}
-// SAFETY: #[repr(C)] u64/i32 fields laid out as the C struct PfRing in cuda/prefill_state.cu.
-unsafe impl DeviceRepr for PfRing {}
-// SAFETY: #[repr(C)] u64/i32 fields laid out as the C struct PfGroup in cuda/prefill_state.cu.
-unsafe impl DeviceRepr for PfGroup {}
+device_repr!(PfGemm, PfAttn, PfIndexScore, PfCompress, PfRing, PfGroup);
 
 #[cfg(test)]
 mod tests {
@@ -285,7 +238,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
+        assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);
         assert_eq!(std::mem::size_of::<PfCompress>(), 8 * 8 + 10 * 4);
+        assert_eq!(std::mem::offset_of!(PfCompress, tail), 5 * 8);
         assert_eq!(std::mem::size_of::<PfRing>(), 6 * 8 + 2 * 4);
         assert_eq!(std::mem::size_of::<PfGroup>(), 3 * 8 + 4 * 4);
     }

@@ -3,7 +3,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaModule};
 
-use crate::error::{KernelError, Result};
+use crate::error::Result;
 
 /// Runner kernels; a field of [`crate::Kernels`].
 #[derive(Debug, Clone)]
@@ -29,11 +29,7 @@ pub struct RunnerKernels {
 
 impl RunnerKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| super::kernel(module, name);
         Ok(RunnerKernels {
             embed_streams: get("embed_streams")?,
             hc_mix_partial: [

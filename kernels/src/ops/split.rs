@@ -9,7 +9,7 @@ use cudarc::driver::{
 
 use super::{grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
-use crate::error::{check, KernelError, Result};
+use crate::error::{check, Result};
 
 /// Most buffers one `rank_sum_f32` adds.
 pub const RANK_MAX: usize = 8;
@@ -25,11 +25,7 @@ pub struct SplitKernels {
 
 impl SplitKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let get = |name: &'static str| {
-            module
-                .load_function(name)
-                .map_err(|source| KernelError::MissingKernel { name, source })
-        };
+        let get = |name: &'static str| super::kernel(module, name);
         Ok(SplitKernels {
             rank_sum: get("rank_sum_f32")?,
             localize: get("moe_localize")?,

@@ -1,6 +1,7 @@
 //! Prefill attention, indexer scores, compressor pooling + state, and the ring write against the CPU
 //! references, on calls of several sequences (segments) that start mid-window with history in the ring and
 //! the compressor state, odd lengths, single-token segments.
+use dsv4_kernels::attn::{CompressHead, CompressTail, IndexScoreCore};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing};
 use dsv4_kernels::reference::prefill::{
@@ -211,18 +212,20 @@ fn pf_index_scores_match_reference() {
         for (begin, len) in [(0usize, 150usize), (150, n - 150)] {
             let scores: CudaSlice<f32> = upload(&g, &vec![f32::NAN; len * cap]);
             let p = PfIndexScore {
-                q: dp(&g, &dq),
-                wts: dp(&g, &dw),
-                keys: dp(&g, &dk),
-                slots: dp(&g, &dsl),
-                positions: dp(&g, &dpos),
-                scores: dp(&g, &scores),
-                wts_stride: stride as i32,
-                heads: heads as i32,
-                dim: dim as i32,
-                cap: cap as i32,
-                ratio: ratio as i32,
-                k: k as i32,
+                core: IndexScoreCore {
+                    q: dp(&g, &dq),
+                    wts: dp(&g, &dw),
+                    keys: dp(&g, &dk),
+                    slots: dp(&g, &dsl),
+                    positions: dp(&g, &dpos),
+                    scores: dp(&g, &scores),
+                    wts_stride: stride as i32,
+                    heads: heads as i32,
+                    dim: dim as i32,
+                    cap: cap as i32,
+                    ratio: ratio as i32,
+                    k: k as i32,
+                },
                 row_begin: begin as i32,
                 scale,
             };
@@ -303,12 +306,13 @@ fn compress_case(g: &GpuContext, seed: u64, cs: CompShape, segs: &[(usize, usize
     }
     let (dproj, dape, dnorm) = (upload(g, &proj), upload(g, &ape), upload(g, &norm));
     let (djobs, dsegs) = (upload(g, &jobs), upload(g, &segs4));
-    let mut p = PfCompress {
+    let head = CompressHead {
         proj: dp(g, &dproj),
         ape: dp(g, &dape),
         norm_w: dp(g, &dnorm),
         freqs: dp(g, &dnorm),
-        jobs: dp(g, &djobs),
+    };
+    let tail = CompressTail {
         state_kv: dp(g, &dkv),
         state_sc: dp(g, &dsc),
         cache: dp(g, &cache),
@@ -322,6 +326,11 @@ fn compress_case(g: &GpuContext, seed: u64, cs: CompShape, segs: &[(usize, usize
         quant: 0,
         cap: cap as i32,
         eps: 1e-6,
+    };
+    let mut p = PfCompress {
+        head,
+        jobs: dp(g, &djobs),
+        tail,
     };
     // SAFETY: proj n x stride, ape m x w, state [slots, srows, w], cache [slots, cap, dc], jobs x 4 ints.
     unsafe { g.launch_pf_compress_pool(&g.stream, jobs.len() / 4, &p) }.expect("pool");

@@ -11,7 +11,6 @@ use super::state::{AttnState, StepMeta};
 use super::step::{grouped_gemv, Job, StageMarks, Step};
 use super::{dptr, dptr_mut, stages};
 use crate::api::Numerics;
-use crate::model::ModelConfig;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
@@ -21,15 +20,16 @@ use std::cell::RefCell;
 /// FP8 activation-quant block of the official numerics.
 const ACT_BLOCK: i32 = 128;
 
+/// The step's shapes against the scratch, state and config (`out_len`: the output's length, if any).
 fn check(
     layer: &AttnLayer,
     state: &AttnState,
-    meta: &StepMeta,
-    rows: usize,
-    cfg: &ModelConfig,
+    inp: &DecodeIn<'_>,
     sc: &AttnScratch,
-    io: (usize, usize),
+    out_len: usize,
 ) -> Result<(), GpuError> {
+    let (cfg, meta, rows) = (&layer.cfg, inp.meta, inp.rows);
+    let io = (inp.a.len(), out_len);
     ensure(
         rows >= 1
             && rows <= sc.max_rows
@@ -67,36 +67,48 @@ fn check(
     )
 }
 
-/// One decode step for `rows` rows (row i = the sequence in slot `meta.slots[i]` at `meta.positions[i]`).
-/// `a` `[rows, hidden]` bf16 normalised block input; writes `out` `[rows, hidden]` bf16. No allocation, no host
-/// sync, no host reads of device values: graph-capturable. Slots within a step must be distinct, and the
-/// caller must keep every position below the state's `max_context`.
+/// What one decode step reads: `rows` rows (row i = the sequence in slot `meta.slots[i]` at
+/// `meta.positions[i]`) of the normalised block input `a` `[rows, hidden]` bf16.
+pub struct DecodeIn<'a> {
+    pub meta: &'a StepMeta,
+    pub rows: usize,
+    pub a: &'a CudaSlice<bf16>,
+    /// The caller already wrote the scratch's `xq` (the FP8 fake quantisation of `a`, official numerics with
+    /// FP8 wq_a: the decode HCPre does it in its finish kernel), so the projections skip their own x-quant
+    /// launch (same bits).
+    pub xq_ready: bool,
+}
+
+impl<'a> DecodeIn<'a> {
+    /// The step's input, its FP8 copy not yet written.
+    pub fn new(meta: &'a StepMeta, rows: usize, a: &'a CudaSlice<bf16>) -> Self {
+        DecodeIn {
+            meta,
+            rows,
+            a,
+            xq_ready: false,
+        }
+    }
+}
+
+/// One decode step of `inp`; writes `out` `[rows, hidden]` bf16. No allocation, no host sync, no host reads
+/// of device values: graph-capturable. Slots within a step must be distinct, and the caller must keep every
+/// position below the state's `max_context`.
 #[allow(clippy::too_many_arguments)]
 pub fn decode(
     ctx: &GpuContext,
     stream: &CudaStream,
     layer: &AttnLayer,
     state: &mut AttnState,
-    meta: &StepMeta,
-    rows: usize,
-    a: &CudaSlice<bf16>,
+    inp: &DecodeIn<'_>,
     sc: &mut AttnScratch,
     out: &mut CudaSlice<bf16>,
     numerics: Numerics,
 ) -> Result<(), GpuError> {
-    run(
-        ctx,
-        stream,
-        layer,
-        state,
-        meta,
-        rows,
-        a,
-        sc,
-        Some(out),
-        numerics,
-        None,
-    )
+    check(layer, state, inp, sc, out.len())?;
+    let st = start(ctx, stream, layer, inp, numerics, None)?;
+    heads(&st, layer, state, inp, sc)?;
+    output(&st, layer, sc, out)
 }
 
 /// [`decode`] with a CUDA event recorded after each stage into `marks` (name, event): a per-kernel time
@@ -108,62 +120,39 @@ pub fn decode_profiled(
     stream: &CudaStream,
     layer: &AttnLayer,
     state: &mut AttnState,
-    meta: &StepMeta,
-    rows: usize,
-    a: &CudaSlice<bf16>,
+    inp: &DecodeIn<'_>,
     sc: &mut AttnScratch,
     out: &mut CudaSlice<bf16>,
     numerics: Numerics,
     marks: &mut StageMarks,
 ) -> Result<(), GpuError> {
-    run(
-        ctx,
-        stream,
-        layer,
-        state,
-        meta,
-        rows,
-        a,
-        sc,
-        Some(out),
-        numerics,
-        Some(RefCell::new(marks)),
-    )
+    check(layer, state, inp, sc, out.len())?;
+    let st = start(ctx, stream, layer, inp, numerics, Some(RefCell::new(marks)))?;
+    heads(&st, layer, state, inp, sc)?;
+    output(&st, layer, sc, out)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run<'a>(
+/// The step's launch context; records its first mark.
+fn start<'a>(
     ctx: &'a GpuContext,
     stream: &'a CudaStream,
     layer: &'a AttnLayer,
-    state: &mut AttnState,
-    meta: &StepMeta,
-    rows: usize,
-    a: &CudaSlice<bf16>,
-    sc: &mut AttnScratch,
-    out: Option<&mut CudaSlice<bf16>>,
+    inp: &DecodeIn<'_>,
     numerics: Numerics,
     marks: Option<RefCell<&'a mut StageMarks>>,
-) -> Result<(), GpuError> {
-    let cfg = &layer.cfg;
-    let out_len = out.as_ref().map_or(a.len(), |o| o.len());
-    check(layer, state, meta, rows, cfg, sc, (a.len(), out_len))?;
+) -> Result<Step<'a>, GpuError> {
     let st = Step {
         ctx,
         s: stream,
-        cfg,
-        rows,
+        cfg: &layer.cfg,
+        rows: inp.rows,
         official: numerics == Numerics::Official,
-        slots: dptr(&meta.slots, stream),
-        positions: dptr(&meta.positions, stream),
+        slots: dptr(&inp.meta.slots, stream),
+        positions: dptr(&inp.meta.positions, stream),
         marks,
     };
     st.mark("start")?;
-    heads(&st, layer, state, a, sc)?;
-    match out {
-        Some(out) => output(&st, layer, sc, out),
-        None => Ok(()),
-    }
+    Ok(st)
 }
 
 /// Everything up to the attention output of every head in `sc.o` (group-major).
@@ -171,10 +160,10 @@ fn heads(
     st: &Step<'_>,
     layer: &AttnLayer,
     state: &mut AttnState,
-    a: &CudaSlice<bf16>,
+    inp: &DecodeIn<'_>,
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
-    project(st, layer, state, a, sc)?;
+    project(st, layer, state, inp, sc)?;
     stages::compress(st, layer, state, dptr(&sc.proj, st.s))?;
     stages::indexer(st, layer, state, sc)?;
     stages::attend(st, layer, state, sc)
@@ -182,21 +171,18 @@ fn heads(
 
 /// [`decode`] without the output projection: leaves the heads' outputs in `sc.o` (group-major
 /// `[groups, rows, heads·head_dim/groups]`). A tensor-parallel rank projects them itself (rank.rs).
-#[allow(clippy::too_many_arguments)]
 pub fn decode_heads(
     ctx: &GpuContext,
     stream: &CudaStream,
     layer: &AttnLayer,
     state: &mut AttnState,
-    meta: &StepMeta,
-    rows: usize,
-    a: &CudaSlice<bf16>,
+    inp: &DecodeIn<'_>,
     sc: &mut AttnScratch,
     numerics: Numerics,
 ) -> Result<(), GpuError> {
-    run(
-        ctx, stream, layer, state, meta, rows, a, sc, None, numerics, None,
-    )
+    check(layer, state, inp, sc, inp.a.len())?;
+    let st = start(ctx, stream, layer, inp, numerics, None)?;
+    heads(&st, layer, state, inp, sc)
 }
 
 /// q (normed per head, roped), the window row, and the stacked bf16 projections.
@@ -204,16 +190,17 @@ fn project(
     st: &Step<'_>,
     layer: &AttnLayer,
     state: &mut AttnState,
-    a: &CudaSlice<bf16>,
+    inp: &DecodeIn<'_>,
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
+    let a = inp.a;
     fork_lin(st, layer, a, sc)?;
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     let d = cfg.hidden_size;
     // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims); skipped
     // when the caller's HCPre already wrote it (same bits, one launch fewer).
     let xq = st.official && layer.wq_a.act_quant();
-    if xq && !sc.xq_ready {
+    if xq && !inp.xq_ready {
         let p = AttnRowPrep {
             x: dptr(a, s),
             out: dptr_mut(&mut sc.xq, s),

@@ -16,7 +16,7 @@ mod state;
 mod step;
 mod synth;
 
-pub use decode::{decode, decode_heads, decode_profiled};
+pub use decode::{decode, decode_heads, decode_profiled, DecodeIn};
 pub use error::GpuError;
 pub(crate) use layer::upload_linear;
 pub use layer::{AttnLayer, CompressorDev, Fp8Linear, IndexerDev};
@@ -24,6 +24,7 @@ pub use rope::rope_freqs;
 pub(crate) use scratch::gemv_need;
 pub use scratch::{AttnScratch, MAX_ROWS};
 pub(crate) use stack::{stack_compressors, AttnWeightSource};
+pub(crate) use stages::{compress_params, index_score_shape};
 pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
 pub use step::StageMarks;
 pub(crate) use step::{grouped_gemv, Job};

@@ -19,11 +19,9 @@ pub struct AttnScratch {
     pub splits: Vec<usize>,
     /// Blocks per row of the indexer scoring.
     pub score_blocks: Vec<usize>,
+    /// The FP8 fake quantisation of the step's block input (official numerics, FP8 wq_a): written by the
+    /// step itself or, when [`super::DecodeIn::xq_ready`] says so, by the caller's HCPre.
     pub xq: CudaSlice<bf16>,
-    /// The caller already wrote `xq` (the FP8 fake quantisation of this step's block input, official
-    /// numerics with FP8 wq_a: the decode HCPre does it in its finish kernel), so the projections skip
-    /// their own x-quant launch. Set per step by the caller; false by default.
-    pub xq_ready: bool,
     pub qr_f32: CudaSlice<f32>,
     pub kv_f32: CudaSlice<f32>,
     pub qr: CudaSlice<bf16>,
@@ -125,7 +123,6 @@ impl AttnScratch {
             splits,
             score_blocks,
             xq: s.alloc_zeros(r * d)?,
-            xq_ready: false,
             qr_f32: s.alloc_zeros(r * cfg.q_lora_rank)?,
             kv_f32: s.alloc_zeros(r * cfg.head_dim)?,
             qr: s.alloc_zeros(r * cfg.q_lora_rank)?,

@@ -1,14 +1,49 @@
 //! The middle stages of a decode step (see decode.rs): compressor updates, the CSA indexer (keys, queries,
 //! scores, top-k) and the split sparse attention with its merge.
 use super::error::GpuError;
-use super::layer::{AttnLayer, CompressorDev};
+use super::layer::{AttnLayer, CompressorDev, IndexerDev};
 use super::scratch::AttnScratch;
 use super::state::{AttnState, CompCache};
 use super::step::Step;
 use super::{dptr, dptr_mut};
 use dsv4_kernels::attn::*;
+use dsv4_kernels::cudarc::driver::CudaStream;
 
-/// The parameters of one compressor (see attn_compress.cu).
+/// The parameters of one compressor that decode (attn_compress.cu) and prefill (prefill_state.cu) share:
+/// everything but how rows are addressed. `quant` is the resolved `ATTN_QUANT_*` mode.
+pub(crate) fn compress_params(
+    s: &CudaStream,
+    layer: &AttnLayer,
+    c: &CompressorDev,
+    cache: &mut CompCache,
+    proj: u64,
+    quant: i32,
+) -> (CompressHead, CompressTail) {
+    let head = CompressHead {
+        proj,
+        ape: dptr(&c.ape, s),
+        norm_w: dptr(&c.norm, s),
+        freqs: dptr(&layer.freqs, s),
+    };
+    let tail = CompressTail {
+        state_kv: dptr_mut(&mut cache.kv, s),
+        state_sc: dptr_mut(&mut cache.sc, s),
+        cache: dptr_mut(&mut cache.cache, s),
+        proj_stride: layer.lin_rows as i32,
+        kv_off: c.kv_off as i32,
+        gate_off: c.gate_off as i32,
+        dc: c.dim as i32,
+        ratio: c.ratio as i32,
+        overlap: i32::from(c.overlap),
+        rdim: layer.cfg.qk_rope_head_dim as i32,
+        quant,
+        cap: cache.cap as i32,
+        eps: layer.cfg.rms_norm_eps,
+    };
+    (head, tail)
+}
+
+/// The parameters of one compressor of this step (see attn_compress.cu).
 fn compress_job(
     st: &Step<'_>,
     c: &CompressorDev,
@@ -17,27 +52,36 @@ fn compress_job(
     proj: u64,
     quant: i32,
 ) -> AttnCompress {
+    let (head, tail) = compress_params(st.s, layer, c, cache, proj, st.quant(quant));
     AttnCompress {
-        proj,
-        ape: dptr(&c.ape, st.s),
-        norm_w: dptr(&c.norm, st.s),
-        freqs: dptr(&layer.freqs, st.s),
+        head,
         slots: st.slots,
         positions: st.positions,
-        state_kv: dptr_mut(&mut cache.kv, st.s),
-        state_sc: dptr_mut(&mut cache.sc, st.s),
-        cache: dptr_mut(&mut cache.cache, st.s),
-        proj_stride: layer.lin_rows as i32,
-        kv_off: c.kv_off as i32,
-        gate_off: c.gate_off as i32,
-        dc: c.dim as i32,
-        ratio: c.ratio as i32,
-        overlap: i32::from(c.overlap),
-        rdim: st.cfg.qk_rope_head_dim as i32,
-        quant: st.quant(quant),
-        cap: cache.cap as i32,
-        eps: st.cfg.rms_norm_eps,
+        tail,
     }
+}
+
+/// The indexer score parameters that decode and prefill share (the keys and every dim; the caller fills in
+/// q, weights, slots, positions and scores) and the score scale.
+pub(crate) fn index_score_shape(
+    s: &CudaStream,
+    layer: &AttnLayer,
+    ix: &IndexerDev,
+    keys: &CompCache,
+) -> (IndexScoreCore, f32) {
+    let cfg = &layer.cfg;
+    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
+    let core = IndexScoreCore {
+        keys: dptr(&keys.cache, s),
+        wts_stride: layer.lin_rows as i32,
+        heads: ih as i32,
+        dim: id as i32,
+        cap: keys.cap as i32,
+        ratio: ix.comp.ratio as i32,
+        k: cfg.index_topk as i32,
+        ..Default::default()
+    };
+    (core, ((id * ih) as f32).powf(-0.5))
 }
 
 /// Pushes this step's tokens into the layer's compressors (the attention's and, CSA, the indexer's keys):
@@ -81,22 +125,18 @@ pub(super) fn indexer(
     };
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     // The keys were compressed and the queries prepared with the attention's (compress, project).
-    let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
     let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
+    let (shape, scale) = index_score_shape(s, layer, ix, keys);
     let p = AttnIndexScore {
-        q: dptr(&sc.iq, s),
-        wts: dptr(&sc.proj, s) + 4 * ix.wts_off as u64,
-        keys: dptr(&keys.cache, s),
-        slots: st.slots,
-        positions: st.positions,
-        scores: dptr_mut(scores, s),
-        wts_stride: layer.lin_rows as i32,
-        heads: ih as i32,
-        dim: id as i32,
-        cap,
-        ratio: ix.comp.ratio as i32,
-        k,
-        scale: ((id * ih) as f32).powf(-0.5),
+        core: IndexScoreCore {
+            q: dptr(&sc.iq, s),
+            wts: dptr(&sc.proj, s) + 4 * ix.wts_off as u64,
+            slots: st.slots,
+            positions: st.positions,
+            scores: dptr_mut(scores, s),
+            ..shape
+        },
+        scale,
         pad: 0,
     };
     // SAFETY: wts points at column wts_off of proj (rows x lin_rows); keys [slots, cap, id]; scores [slots, cap].

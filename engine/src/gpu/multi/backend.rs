@@ -17,9 +17,8 @@ use crate::gpu::backend::PREFILL_TOKENS;
 use crate::gpu::prefill::feed::{feed_chunks, ChunkRunner};
 use crate::gpu::prefill::{self, PrefillSeg};
 use crate::gpu::sampling::DeviceSampler;
-use crate::gpu::seqs::{
-    check_draws, dev, feed_steps, logits_only, tokens_only, SeqTable, StepRunner,
-};
+use crate::gpu::seqs::{check_draws, feed_steps, logits_only, tokens_only, SeqTable, StepRunner};
+use crate::gpu::slots::{routed_backend_methods, Layers, SlotStates};
 use crate::gpu::{GpuOptions, RunnerError, StepInput, MAX_ROWS};
 use crate::model::ModelConfig;
 use crate::parallel::plan::SplitPlan;
@@ -230,80 +229,7 @@ impl Backend for MultiGpuBackend {
         )
     }
 
-    fn config(&self) -> &ModelConfig {
-        &self.model.cfg
-    }
-
-    fn context_limit(&self) -> usize {
-        self.table.context_limit
-    }
-
-    fn create_seq(&mut self) -> Result<SeqId, BackendError> {
-        let ranks = &mut self.model.ranks;
-        self.table.create_with(|slot| {
-            for r in ranks.iter_mut() {
-                let stream = r.gpu.stream.clone();
-                for st in &mut r.states {
-                    st.reset_slot(&stream, slot).map_err(dev)?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn release_seq(&mut self, seq: SeqId) {
-        self.table.release(seq);
-    }
-
-    fn seq_len(&self, seq: SeqId) -> Result<usize, BackendError> {
-        Ok(self.table.get(seq)?.pos)
-    }
-
-    fn forward(&mut self, work: &[Work<'_>]) -> Result<Vec<Vec<f32>>, BackendError> {
-        Ok(logits_only(self.feed(work, None, true)?))
-    }
-
-    fn forward_pick(
-        &mut self,
-        work: &[Work<'_>],
-        draws: &[Draw],
-    ) -> Result<Vec<u32>, BackendError> {
-        check_draws(work, draws)?;
-        Ok(tokens_only(self.feed(work, Some(draws), false)?))
-    }
-
-    fn snapshot(&mut self, seq: SeqId) -> Result<SnapshotId, BackendError> {
-        let ranks = &self.model.ranks;
-        self.table.snapshot_with(seq, |slot| {
-            ranks
-                .iter()
-                .map(|r| {
-                    r.states
-                        .iter()
-                        .map(|st| st.snapshot(&r.gpu.stream, slot))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(dev)
-                })
-                .collect()
-        })
-    }
-
-    fn restore(&mut self, seq: SeqId, snapshot: SnapshotId) -> Result<(), BackendError> {
-        let ranks = &mut self.model.ranks;
-        self.table.restore_with(seq, snapshot, |slot, saved| {
-            for (r, layers) in ranks.iter_mut().zip(saved) {
-                let stream = r.gpu.stream.clone();
-                for (st, ls) in r.states.iter_mut().zip(layers) {
-                    st.restore(&stream, slot, ls).map_err(dev)?;
-                }
-            }
-            Ok(())
-        })
-    }
-
-    fn release_snapshot(&mut self, snapshot: SnapshotId) {
-        self.table.release_snapshot(snapshot);
-    }
+    routed_backend_methods!();
 
     fn gpu_status(&self) -> Vec<GpuStatus> {
         let mut out: Vec<GpuStatus> = Vec::new();
@@ -314,4 +240,16 @@ impl Backend for MultiGpuBackend {
         }
         out
     }
+}
+
+/// Every rank's layer states, for [`routed_backend_methods`].
+fn slots_of(model: &mut MultiModel) -> Vec<Layers<'_>> {
+    model
+        .ranks
+        .iter_mut()
+        .map(|r| Layers {
+            stream: &r.gpu.stream,
+            states: &mut r.states,
+        })
+        .collect()
 }

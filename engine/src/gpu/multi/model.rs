@@ -182,7 +182,7 @@ impl MultiModel {
                 let start = self.mark(probe, r - 1)?;
                 {
                     let (done, rest) = self.ranks.split_at_mut(r);
-                    let (src, dst) = (&done[r - 1].ws.x, &mut rest[0].ws.x);
+                    let (src, dst) = (&done[r - 1].ws.io.x, &mut rest[0].ws.io.x);
                     self.comm.send(r - 1, r, src, dst, len)?;
                 }
                 self.span(probe, start, r - 1)?;

@@ -100,9 +100,10 @@ impl MultiModel {
                         })?;
                     embed(&rank.gpu, cfg, &plan, ws, table)?;
                 }
-                Some(prev) => self
-                    .comm
-                    .send(r - 1, r, &prev.x, &mut ws.x, plan.rows * width)?,
+                Some(prev) => {
+                    self.comm
+                        .send(r - 1, r, &prev.io.x, &mut ws.io.x, plan.rows * width)?
+                }
             }
             let blocks = Blocks {
                 blocks: &rank.w.blocks,
@@ -116,7 +117,7 @@ impl MultiModel {
         else {
             return Err(RunnerError::Split("no ranks".into()));
         };
-        last_rows_to(&out.gpu, &out.cfg, &plan, ws, &mut out.ws.x)?;
+        last_rows_to(&out.gpu, &out.cfg, &plan, ws, &mut out.ws.io.x)?;
         out.head(segs.len())
     }
 }

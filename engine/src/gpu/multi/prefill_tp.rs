@@ -130,7 +130,7 @@ impl MultiModel {
         else {
             return Err(RunnerError::Split("no ranks".into()));
         };
-        last_rows_to(&out.gpu, &self.cfg, plan, ws, &mut out.ws.x)?;
+        last_rows_to(&out.gpu, &self.cfg, plan, ws, &mut out.ws.io.x)?;
         out.head(segs.len())
     }
 }

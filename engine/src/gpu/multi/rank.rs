@@ -4,7 +4,7 @@
 use super::weights::{rank_moe_config, RankWeights};
 use crate::api::Numerics;
 use crate::gpu::attention::rank::{latent, project, RankOutScratch};
-use crate::gpu::attention::{decode_heads, AttnState};
+use crate::gpu::attention::{decode_heads, AttnState, DecodeIn};
 use crate::gpu::model::{flush_post, hc_head, hc_pre, head, run_block, Mixer, Post};
 use crate::gpu::moe;
 use crate::gpu::{RunnerError, Workspace};
@@ -82,7 +82,7 @@ impl Rank {
                 RunnerError::Split(format!("rank {} has no embedding", self.w.rank))
             })?;
         let d = self.cfg.hidden_size;
-        g.launch_embed_streams(&g.stream, rows, d, &ws.tokens, embed, &mut ws.x)?;
+        g.launch_embed_streams(&g.stream, rows, d, &ws.tokens, embed, &mut ws.io.x)?;
         Ok(())
     }
 
@@ -112,17 +112,8 @@ impl Rank {
         hc_pre(g, cfg, ws, rows, &blk.hc_attn, norm, mixer, Post::None)?;
         let s = &g.stream;
         let state = &mut self.states[i];
-        decode_heads(
-            g,
-            s,
-            &blk.attn,
-            state,
-            &ws.meta,
-            rows,
-            &ws.a,
-            &mut ws.attn,
-            numerics,
-        )?;
+        let inp = DecodeIn::new(&ws.meta, rows, &ws.io.a);
+        decode_heads(g, s, &blk.attn, state, &inp, &mut ws.attn, numerics)?;
         latent(
             g,
             s,
@@ -164,7 +155,7 @@ impl Rank {
     pub fn post(&mut self, rows: usize) -> Result<(), RunnerError> {
         let (g, ws, part) = (&self.gpu, &mut self.ws, &self.tp.part);
         let d = self.cfg.hidden_size;
-        g.launch_hc_post_moe(&g.stream, rows, d, 0, &mut ws.x, &ws.mix, part, part)?;
+        g.launch_hc_post_moe(&g.stream, rows, d, 0, &mut ws.io.x, &ws.io.mix, part, part)?;
         Ok(())
     }
 
@@ -195,8 +186,17 @@ impl Rank {
         if tpb.shared {
             moe::shared(g, cfg, &blk.moe, ws, rows, quant)?;
         }
-        let shared = tpb.shared.then_some(&ws.y_shared);
-        g.launch_moe_rank_sum(s, rows, k, d, &ws.y_routed, &t.local, shared, &mut t.part)?;
+        let shared = tpb.shared.then_some(&ws.ex.y_shared);
+        g.launch_moe_rank_sum(
+            s,
+            rows,
+            k,
+            d,
+            &ws.ex.y_routed,
+            &t.local,
+            shared,
+            &mut t.part,
+        )?;
         Ok(())
     }
 

@@ -9,10 +9,14 @@ use super::ws::{
     PrefillWs, META_POS0, META_POSITIONS, META_ROW0, META_ROWID, META_SEGLEN, META_SLOTS,
 };
 use super::PrefillHook;
-use crate::gpu::attention::{dptr, dptr_mut, AttnLayer, AttnState, CompCache, CompressorDev};
+use crate::gpu::attention::{
+    compress_params, dptr, dptr_mut, index_score_shape, AttnLayer, AttnState, CompCache,
+    CompressorDev,
+};
 use crate::gpu::RunnerError;
 use dsv4_kernels::attn::{
-    AttnIndexTopk, AttnRowPrep, AttnVecPrep, QUANT_HAD_Q4, QUANT_NONE, QUANT_Q8_NOPE,
+    AttnIndexTopk, AttnRowPrep, AttnVecPrep, IndexScoreCore, QUANT_HAD_Q4, QUANT_NONE,
+    QUANT_Q8_NOPE,
 };
 use dsv4_kernels::cudarc::driver::CudaStream;
 use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing, PfWeights};
@@ -44,7 +48,7 @@ impl Call<'_> {
     }
 }
 
-/// Attention of `plan.rows` rows of `ws.a` into `ws.attn_out`, updating `state` like as many decode steps.
+/// Attention of `plan.rows` rows of `ws.io.a` into `ws.io.attn_out`, updating `state` like as many decode steps.
 pub(super) fn attention(
     c: &Call<'_>,
     layer: &AttnLayer,
@@ -89,7 +93,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     let b = &mut ws.attn;
     if c.official {
         let p = AttnRowPrep {
-            x: dptr(&ws.a, s),
+            x: dptr(&ws.io.a, s),
             out: dptr_mut(&mut b.xq, s),
             groups: 1,
             rows: rows as i32,
@@ -103,7 +107,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     let x = if c.official {
         dptr(&b.xq, s)
     } else {
-        dptr(&ws.a, s)
+        dptr(&ws.io.a, s)
     };
     let jobs = [
         Job::new(
@@ -201,7 +205,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         // a (not the FP8-quantised xq): the compressors and weights_proj run in bf16, as in decode.
         let job = Job::bf16(
             s,
-            dptr(&ws.a, s),
+            dptr(&ws.io.a, s),
             lin,
             dptr_mut(&mut b.proj, s),
             layer.lin_rows,
@@ -225,25 +229,11 @@ fn compress(
     let jobs = c.plan.jobs_of(comp.ratio).ok_or_else(|| {
         RunnerError::Unsupported(format!("no prefill jobs planned for ratio {}", comp.ratio))
     })?;
+    let (head, tail) = compress_params(s, layer, comp, cache, proj, c.quant(quant));
     let mut p = PfCompress {
-        proj,
-        ape: dptr(&comp.ape, s),
-        norm_w: dptr(&comp.norm, s),
-        freqs: dptr(&layer.freqs, s),
+        head,
         jobs: at(&ws.jobs, s, jobs.offset),
-        state_kv: dptr_mut(&mut cache.kv, s),
-        state_sc: dptr_mut(&mut cache.sc, s),
-        cache: dptr_mut(&mut cache.cache, s),
-        proj_stride: layer.lin_rows as i32,
-        kv_off: comp.kv_off as i32,
-        gate_off: comp.gate_off as i32,
-        dc: comp.dim as i32,
-        ratio: comp.ratio as i32,
-        overlap: i32::from(comp.overlap),
-        rdim: layer.cfg.qk_rope_head_dim as i32,
-        quant: c.quant(quant),
-        cap: cache.cap as i32,
-        eps: layer.cfg.rms_norm_eps,
+        tail,
     };
     // SAFETY: proj holds rows x lin_rows f32, the job table `count` jobs of slots < state slots and rows of
     // this call; ape/norm/freqs are the layer's; state and cache are [slots, ...] of this compressor.
@@ -280,22 +270,19 @@ fn indexer(
     // SAFETY: iq_f32 / iq hold rows x ih x id; positions rows ints.
     unsafe { c.ctx.launch_attn_vec_prep(s, rows, &[(ih, p)]) }?;
     let (cap, k) = (keys.cap as i32, cfg.index_topk as i32);
+    let (shape, scale) = index_score_shape(s, layer, ix, keys);
     for g in &c.plan.score_groups {
         let sp = PfIndexScore {
-            q: dptr(&ws.attn.iq, s),
-            wts: at(&ws.attn.proj, s, ix.wts_off),
-            keys: dptr(&keys.cache, s),
-            slots: c.meta(ws, META_SLOTS, 0),
-            positions: c.meta(ws, META_POSITIONS, 0),
-            scores: dptr_mut(&mut ws.attn.scores, s),
-            wts_stride: layer.lin_rows as i32,
-            heads: ih as i32,
-            dim: id as i32,
-            cap,
-            ratio: ix.comp.ratio as i32,
-            k,
+            core: IndexScoreCore {
+                q: dptr(&ws.attn.iq, s),
+                wts: at(&ws.attn.proj, s, ix.wts_off),
+                slots: c.meta(ws, META_SLOTS, 0),
+                positions: c.meta(ws, META_POSITIONS, 0),
+                scores: dptr_mut(&mut ws.attn.scores, s),
+                ..shape
+            },
             row_begin: g.begin as i32,
-            scale: ((id * ih) as f32).powf(-0.5),
+            scale,
         };
         // SAFETY: iq rows x ih x id; wts at column wts_off of proj (rows x lin_rows); keys [slots, cap, id];
         // scores holds score_rows >= g.len rows of cap.
@@ -404,7 +391,7 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
         dptr(&b.u, s),
         &layer.wo_b.w,
         &layer.wo_b.scale,
-        dptr_mut(&mut ws.attn_out, s),
+        dptr_mut(&mut ws.io.attn_out, s),
         layer.wo_b.n,
     );
     gemm::dense(

@@ -76,7 +76,7 @@ pub fn prefill_attention(
             plan.rows
         )));
     }
-    s.memcpy_htod(a, &mut ws.a.slice_mut(..n))?;
+    s.memcpy_htod(a, &mut ws.io.a.slice_mut(..n))?;
     let c = Call {
         ctx,
         s: &s,
@@ -85,7 +85,7 @@ pub fn prefill_attention(
     };
     attn::attention(&c, layer, state, ws, &mut |_| Ok(()))?;
     let mut out = vec![bf16::ZERO; n];
-    s.memcpy_dtoh(&ws.attn_out.slice(..n), &mut out)?;
+    s.memcpy_dtoh(&ws.io.attn_out.slice(..n), &mut out)?;
     s.synchronize()?;
     Ok(out)
 }
@@ -119,7 +119,7 @@ impl GpuModel {
             });
         }
         let plan = self.prefill_blocks(ws, segs, hook)?;
-        last_rows_to(&self.ctx, &self.cfg, &plan, ws, &mut self.ws.x)?;
+        last_rows_to(&self.ctx, &self.cfg, &plan, ws, &mut self.ws.io.x)?;
         self.head_rows(segs.len())?;
         hook("head")
     }
@@ -139,7 +139,7 @@ impl GpuModel {
         let mut logits: CudaSlice<f32> = s.alloc_zeros(rows * v)?;
         let job = gemm::Job::bf16(
             s,
-            gemm::at(&ws.a, s, 0),
+            gemm::at(&ws.io.a, s, 0),
             &w.head,
             gemm::at_mut(&mut logits, s, 0),
             v,
@@ -191,7 +191,14 @@ pub(crate) fn embed(
     table: &CudaSlice<bf16>,
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
-    ctx.launch_embed_streams(s, plan.rows, cfg.hidden_size, &ws.tokens, table, &mut ws.x)?;
+    ctx.launch_embed_streams(
+        s,
+        plan.rows,
+        cfg.hidden_size,
+        &ws.tokens,
+        table,
+        &mut ws.io.x,
+    )?;
     Ok(())
 }
 
@@ -203,7 +210,7 @@ pub(crate) struct Blocks<'a> {
     pub numerics: Numerics,
 }
 
-/// Every block of `b` over the call's rows of the residual streams `ws.x`, in place: the per-block prefill
+/// Every block of `b` over the call's rows of the residual streams `ws.io.x`, in place: the per-block prefill
 /// of both runners.
 pub(crate) fn run_blocks(
     ctx: &GpuContext,
@@ -230,13 +237,13 @@ pub(crate) fn run_blocks(
         hc_pre(ctx, cfg, ws, rows, &blk.hc_attn, &blk.attn_norm, attn, none)?;
         hook("hc_pre.attn")?;
         attn::attention(&c, &blk.attn, state, ws, hook)?;
-        ctx.launch_hc_post(&s, rows, d, &mut ws.x, &ws.mix, &ws.attn_out)?;
+        ctx.launch_hc_post(&s, rows, d, &mut ws.io.x, &ws.io.mix, &ws.io.attn_out)?;
         hook("hc_post.attn")?;
         hc_pre(ctx, cfg, ws, rows, &blk.hc_ffn, &blk.ffn_norm, ffn, none)?;
         hook("hc_pre.ffn")?;
         moe::forward(&c, cfg, &blk.moe, ws, hook)?;
-        let (yr, ys) = (&ws.moe.y_routed, &ws.moe.y_shared);
-        ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.x, &ws.mix, yr, ys)?;
+        let (yr, ys) = (&ws.moe.ex.y_routed, &ws.moe.ex.y_shared);
+        ctx.launch_hc_post_moe(&s, rows, d, k, &mut ws.io.x, &ws.io.mix, yr, ys)?;
         hook("hc_post.ffn")?;
     }
     Ok(())
@@ -254,7 +261,7 @@ pub(crate) fn last_rows_to(
     let s = &ctx.stream;
     let width = HC_STREAMS * cfg.hidden_size;
     for (j, &r) in plan.last_rows.iter().enumerate() {
-        let src = ws.x.slice(r * width..(r + 1) * width);
+        let src = ws.io.x.slice(r * width..(r + 1) * width);
         s.memcpy_dtod(&src, &mut x.slice_mut(j * width..(j + 1) * width))?;
     }
     Ok(())
@@ -263,17 +270,17 @@ pub(crate) fn last_rows_to(
 impl HcWorkspace for PrefillWs {
     fn hc_bufs(&mut self) -> HcBufs<'_> {
         HcBufs {
-            x: &mut self.x,
+            x: &mut self.io.x,
             // No scratch streams: prefill runs each HCPost as its own launch.
             x_post: None,
-            hc_ws: &mut self.hc_ws,
-            mix: &mut self.mix,
-            a: &mut self.a,
-            aq: &mut self.aq,
+            hc_ws: &mut self.io.hc_ws,
+            mix: &mut self.io.mix,
+            a: &mut self.io.a,
+            aq: &mut self.io.aq,
             xq: None,
-            attn_out: &self.attn_out,
-            y_routed: &self.moe.y_routed,
-            y_shared: &self.moe.y_shared,
+            attn_out: &self.io.attn_out,
+            y_routed: &self.moe.ex.y_routed,
+            y_shared: &self.moe.ex.y_shared,
         }
     }
 }

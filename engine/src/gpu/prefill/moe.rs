@@ -56,7 +56,7 @@ pub(super) fn route(
         cfg.num_experts_per_tok,
     );
     let m = &mut ws.moe;
-    let gate = Job::bf16(s, dptr(&ws.a, s), &w.gate, dptr_mut(&mut m.gate, s), e);
+    let gate = Job::bf16(s, dptr(&ws.io.a, s), &w.gate, dptr_mut(&mut m.gate, s), e);
     gemm::dense(c.ctx, s, PfWeights::Bf16, rows, d, false, &[gate])?;
     let shape = RouteShape {
         rows,
@@ -110,14 +110,14 @@ pub(super) fn group(
 /// ffn HCPre), else `a`.
 fn input(c: &Call<'_>, ws: &PrefillWs) -> u64 {
     if c.official {
-        dptr(&ws.aq, c.s)
+        dptr(&ws.io.aq, c.s)
     } else {
-        dptr(&ws.a, c.s)
+        dptr(&ws.io.a, c.s)
     }
 }
 
 /// The grouped slots through the experts of `bank` (`experts` of them, tiles of `bm` rows): per-slot
-/// outputs `ws.moe.y_routed`, weighted (slots outside the tiles are not written).
+/// outputs `ws.moe.ex.y_routed`, weighted (slots outside the tiles are not written).
 pub(super) fn routed(
     c: &Call<'_>,
     cfg: &ModelConfig,
@@ -143,8 +143,8 @@ pub(super) fn routed(
         topk: k,
     };
     let up = [
-        Job::new(s, x, &bank.w1, &bank.s1, dptr_mut(&mut m.g, s), i),
-        Job::new(s, x, &bank.w3, &bank.s3, dptr_mut(&mut m.u, s), i),
+        Job::new(s, x, &bank.w1, &bank.s1, dptr_mut(&mut m.ex.g, s), i),
+        Job::new(s, x, &bank.w3, &bank.s3, dptr_mut(&mut m.ex.u, s), i),
     ];
     gemm::experts(c.ctx, s, &tiles, d, false, &up)?;
     let lim = cfg.swiglu_limit;
@@ -154,24 +154,24 @@ pub(super) fn routed(
         i,
         lim,
         c.official,
-        &m.g,
-        &m.u,
+        &m.ex.g,
+        &m.ex.u,
         Some(&m.wts),
-        &mut m.h,
+        &mut m.ex.h,
     )?;
     let down = Job::new(
         s,
-        dptr(&m.h, s),
+        dptr(&m.ex.h, s),
         &bank.w2,
         &bank.s2,
-        dptr_mut(&mut m.y_routed, s),
+        dptr_mut(&mut m.ex.y_routed, s),
         d,
     );
     gemm::experts(c.ctx, s, &tiles, i, true, &[down])
 }
 
 /// The shared expert (its rows held here: all of them on one GPU, a share on a tensor-split rank) into
-/// `ws.moe.y_shared`.
+/// `ws.moe.ex.y_shared`.
 pub(super) fn shared(
     c: &Call<'_>,
     w: &MoeDev,
@@ -183,8 +183,8 @@ pub(super) fn shared(
     let m = &mut ws.moe;
     let [w1, w3, w2] = &w.shared;
     let up = [
-        Job::new(s, x, &w1.w, &w1.scale, dptr_mut(&mut m.sg, s), w1.out),
-        Job::new(s, x, &w3.w, &w3.scale, dptr_mut(&mut m.su, s), w3.out),
+        Job::new(s, x, &w1.w, &w1.scale, dptr_mut(&mut m.ex.sg, s), w1.out),
+        Job::new(s, x, &w3.w, &w3.scale, dptr_mut(&mut m.ex.su, s), w3.out),
     ];
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w1.inp, false, &up)?;
     let none: Option<&CudaSlice<f32>> = None;
@@ -195,17 +195,17 @@ pub(super) fn shared(
         i,
         swiglu_limit,
         c.official,
-        &m.sg,
-        &m.su,
+        &m.ex.sg,
+        &m.ex.su,
         none,
-        &mut m.sh,
+        &mut m.ex.sh,
     )?;
     let down = Job::new(
         s,
-        dptr(&m.sh, s),
+        dptr(&m.ex.sh, s),
         &w2.w,
         &w2.scale,
-        dptr_mut(&mut m.y_shared, s),
+        dptr_mut(&mut m.ex.y_shared, s),
         w2.out,
     );
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w2.inp, false, &[down])

@@ -142,7 +142,16 @@ pub fn attn_project(
 pub fn post(tc: &TpCall<'_>, ws: &mut PrefillWs, tp: &TpPrefillWs) -> Result<(), RunnerError> {
     let (ctx, rows, d) = (tc.ctx, tc.plan.rows, tc.cfg.hidden_size);
     let part = &tp.part;
-    ctx.launch_hc_post_moe(&ctx.stream, rows, d, 0, &mut ws.x, &ws.mix, part, part)?;
+    ctx.launch_hc_post_moe(
+        &ctx.stream,
+        rows,
+        d,
+        0,
+        &mut ws.io.x,
+        &ws.io.mix,
+        part,
+        part,
+    )?;
     Ok(())
 }
 
@@ -187,7 +196,7 @@ pub fn moe(
         tc.with(|c| moe::shared(c, &blk.moe, cfg.swiglu_limit, ws))?;
     }
     let m = &ws.moe;
-    let sh = shared.then_some(&m.y_shared);
-    ctx.launch_moe_rank_sum(s, rows, k, d, &m.y_routed, &tp.local, sh, &mut tp.part)?;
+    let sh = shared.then_some(&m.ex.y_shared);
+    ctx.launch_moe_rank_sum(s, rows, k, d, &m.ex.y_routed, &tp.local, sh, &mut tp.part)?;
     hook("moe.shared")
 }

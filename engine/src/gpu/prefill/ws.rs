@@ -1,9 +1,10 @@
 //! Every buffer a prefill call touches, sized once for `max_tokens` rows (no allocation per call).
 
+use super::super::workspace::{zeros, BlockIo, ExpertBufs};
 use super::super::RunnerError;
 use crate::model::ModelConfig;
-use dsv4_kernels::cudarc::driver::{CudaSlice, DeviceRepr, ValidAsZeroBits};
-use dsv4_kernels::{bf16, hc_workspace_len, pf_max_tiles, GpuContext, HC_MIX, HC_STREAMS};
+use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, pf_max_tiles, GpuContext};
 
 /// Per-row i32 arrays of a call, in this order, each `max_tokens` long (one upload per call).
 pub const META_ARRAYS: usize = 6;
@@ -27,13 +28,7 @@ pub struct PrefillWs {
     pub meta: CudaSlice<i32>,
     /// Segment table and compressor jobs, 4 ints each (see plan.rs).
     pub jobs: CudaSlice<i32>,
-    /// Residual streams bf16 [rows, n, D], HCPre partials, mix [rows, 24], sub-block input and output.
-    pub x: CudaSlice<bf16>,
-    pub hc_ws: CudaSlice<f32>,
-    pub mix: CudaSlice<f32>,
-    pub a: CudaSlice<bf16>,
-    pub aq: CudaSlice<bf16>,
-    pub attn_out: CudaSlice<bf16>,
+    pub io: BlockIo,
     pub attn: AttnBufs,
     pub moe: MoeBufs,
 }
@@ -69,21 +64,7 @@ pub struct MoeBufs {
     pub wts: CudaSlice<f32>,
     pub order: CudaSlice<i32>,
     pub tiles: CudaSlice<i32>,
-    pub g: CudaSlice<f32>,
-    pub u: CudaSlice<f32>,
-    pub h: CudaSlice<bf16>,
-    pub y_routed: CudaSlice<f32>,
-    pub sg: CudaSlice<f32>,
-    pub su: CudaSlice<f32>,
-    pub sh: CudaSlice<bf16>,
-    pub y_shared: CudaSlice<f32>,
-}
-
-fn zeros<T: DeviceRepr + ValidAsZeroBits>(
-    ctx: &GpuContext,
-    len: usize,
-) -> Result<CudaSlice<T>, RunnerError> {
-    Ok(ctx.stream.alloc_zeros::<T>(len.max(1))?)
+    pub ex: ExpertBufs,
 }
 
 /// The widest stacked bf16 projection of any block (CSA: both compressors and weights_proj).
@@ -135,11 +116,7 @@ impl PrefillWs {
             u_f32: zeros(ctx, t * lora)?,
             u: zeros(ctx, t * lora)?,
         };
-        let (e, k, i) = (
-            cfg.n_routed_experts,
-            cfg.num_experts_per_tok,
-            cfg.moe_intermediate_size,
-        );
+        let (e, k) = (cfg.n_routed_experts, cfg.num_experts_per_tok);
         let slots = t * k;
         let moe = MoeBufs {
             gate: zeros(ctx, t * e)?,
@@ -147,26 +124,14 @@ impl PrefillWs {
             wts: zeros(ctx, slots)?,
             order: zeros(ctx, slots)?,
             tiles: zeros(ctx, 1 + 3 * pf_max_tiles(slots, e, EXPERT_MIN_BM))?,
-            g: zeros(ctx, slots * i)?,
-            u: zeros(ctx, slots * i)?,
-            h: zeros(ctx, slots * i)?,
-            y_routed: zeros(ctx, slots * d)?,
-            sg: zeros(ctx, t * i)?,
-            su: zeros(ctx, t * i)?,
-            sh: zeros(ctx, t * i)?,
-            y_shared: zeros(ctx, t * d)?,
+            ex: ExpertBufs::new(ctx, t, slots, cfg)?,
         };
         Ok(PrefillWs {
             max_tokens: t,
             tokens: zeros(ctx, t)?,
             meta: zeros(ctx, META_ARRAYS * t)?,
             jobs: zeros(ctx, jobs_len(cfg, t))?,
-            x: zeros(ctx, t * HC_STREAMS * d)?,
-            hc_ws: zeros(ctx, hc_workspace_len(t, d))?,
-            mix: zeros(ctx, t * HC_MIX)?,
-            a: zeros(ctx, t * d)?,
-            aq: zeros(ctx, t * d)?,
-            attn_out: zeros(ctx, t * d)?,
+            io: BlockIo::new(ctx, t, cfg.hidden_size)?,
             attn,
             moe,
         })
@@ -180,17 +145,12 @@ impl PrefillWs {
         let score_rows = (SCORE_BYTES / (4 * cap)).clamp(1, t);
         let lora = cfg.o_groups * cfg.o_lora_rank;
         let iq = cfg.index_n_heads * cfg.index_head_dim;
-        let (e, k, i) = (
-            cfg.n_routed_experts,
-            cfg.num_experts_per_tok,
-            cfg.moe_intermediate_size,
-        );
+        let (e, k) = (cfg.n_routed_experts, cfg.num_experts_per_tok);
         let attn = t * (2 * d + 6 * cfg.q_lora_rank + 6 * cfg.head_dim + 6 * hd + 4 * lin_max(cfg))
             + t * (6 * iq + 4 * cfg.index_topk + 6 * lora)
             + 4 * score_rows * cap;
-        let moe = t * (4 * e + 12 * k) + t * k * (10 * i + 4 * d) + t * (10 * i + 4 * d);
-        let rest = t * (4 + 4 * META_ARRAYS + 2 * HC_STREAMS * d + 4 * HC_MIX + 6 * d)
-            + 4 * hc_workspace_len(t, d);
+        let moe = t * (4 * e + 12 * k) + ExpertBufs::bytes_for(t, t * k, cfg);
+        let rest = t * (4 + 4 * META_ARRAYS) + BlockIo::bytes_for(t, d);
         attn + moe + rest
     }
 }
