@@ -27,6 +27,8 @@ struct AttnRowPrep {
     float eps;
 };
 
+#define RP_U 8  // attn_row_prep loads in flight per thread
+
 extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
     pdl_trigger();
     pdl_wait();
@@ -42,10 +44,22 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
     const int c0 = blockIdx.y * per, c1 = min(n, c0 + per);
     if (c0 >= c1) return;
     const int len = c1 - c0;
-    for (int i = threadIdx.x; i < len; i += blockDim.x) {
-        const int e = c0 + i, g = e / p.width, c = e - g * p.width;
-        const u64 src = ((u64)g * p.rows + r) * p.width + c;
-        v[i] = p.x_f32 ? ((const float*)p.x)[src] : bf16_to_f32(((const u16*)p.x)[src]);
+    if (p.norm_w) prefetch_l1(p.norm_w, n * 4);  // read after the row's sum of squares
+    // RP_U loads in flight per thread, then their stores (v1: one load and store per trip, in series). The raw
+    // bits are kept (u32: f32 bits or bf16 bits) and converted in the store loop, so no load waits for another.
+    for (int i0 = threadIdx.x; i0 < len; i0 += blockDim.x * RP_U) {
+        u32 t[RP_U];
+#pragma unroll
+        for (int u = 0; u < RP_U; ++u) {
+            const int i = i0 + u * blockDim.x, e = c0 + min(i, len - 1), g = e / p.width, c = e - g * p.width;
+            const u64 src = ((u64)g * p.rows + r) * p.width + c;
+            t[u] = p.x_f32 ? __float_as_uint(((const float*)p.x)[src]) : (u32)((const u16*)p.x)[src];
+        }
+#pragma unroll
+        for (int u = 0; u < RP_U; ++u) {
+            const int i = i0 + u * blockDim.x;
+            if (i < len) v[i] = p.x_f32 ? __uint_as_float(t[u]) : bf16_to_f32((u16)t[u]);
+        }
     }
     __syncthreads();
     if (p.norm_w) attn_rms_smem(v, n, p.norm_w, p.eps, red);
@@ -76,21 +90,56 @@ struct AttnVecPrepJobs {
     int njobs;
 };
 
+#define VP_U 4  // channels per thread: dim <= 512 over 128 threads
+
 __device__ __forceinline__ void attn_vec_prep_one(const AttnVecPrep p, int vec, int nvec, int row) {
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];
+    // Every global input is loaded up front (v1 loaded the norm weights, the position, the RoPE frequency and
+    // the ring slot where each was used: four dependent round trips after the vector's own).
     const float* src = p.x + (u64)row * p.x_stride + (u64)vec * p.dim;
-    for (int i = threadIdx.x; i < p.dim; i += blockDim.x) v[i] = src[i];
-    __syncthreads();
-    if (p.rms) attn_rms_smem(v, p.dim, p.norm_w, p.eps, red);
+    float xv[VP_U], wv[VP_U];
+#pragma unroll
+    for (int u = 0; u < VP_U; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        xv[u] = i < p.dim ? src[i] : 0.f;
+        wv[u] = p.norm_w && i < p.dim ? p.norm_w[i] : 0.f;
+    }
     const int pos = p.positions[row];
-    attn_rope_smem(v, p.dim, p.rdim, p.freqs, pos, 0);
+    const int half = p.rdim >> 1;
+    const float fq = (int)threadIdx.x < half ? p.freqs[threadIdx.x] : 0.f;
+    const int slot = p.window > 0 ? p.slots[row] : 0;
+    if (p.rms) {
+        // attn_rms_smem with the values and weights in registers: the same order and operations.
+        float ss = 0.f;
+#pragma unroll
+        for (int u = 0; u < VP_U; ++u)
+            if (threadIdx.x + u * blockDim.x < p.dim) ss += xv[u] * xv[u];
+        const float inv = 1.0f / sqrtf(attn_block_sum(ss, red) / (float)p.dim + p.eps);
+#pragma unroll
+        for (int u = 0; u < VP_U; ++u) xv[u] = p.norm_w ? wv[u] * (xv[u] * inv) : xv[u] * inv;
+    }
+#pragma unroll
+    for (int u = 0; u < VP_U; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < p.dim) v[i] = xv[u];
+    }
+    __syncthreads();
+    // attn_rope_smem, the first pair per thread from the preloaded frequency.
+    const int start = p.dim - p.rdim;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double theta = (double)pos * (double)(i == (int)threadIdx.x ? fq : p.freqs[i]);
+        const float sn = (float)sin(theta), cs = (float)cos(theta);
+        const float a = v[start + 2 * i], b = v[start + 2 * i + 1];
+        v[start + 2 * i] = a * cs - b * sn;
+        v[start + 2 * i + 1] = a * sn + b * cs;
+    }
     __syncthreads();
     attn_quant_vec(v, tmp, p.dim, p.rdim, p.quant);
     u16* dst;
     if (p.window > 0) {
-        dst = p.out + ((u64)p.slots[row] * p.window + pos % p.window) * p.dim;
+        dst = p.out + ((u64)slot * p.window + pos % p.window) * p.dim;
     } else {
         dst = p.out + ((u64)row * nvec + vec) * p.dim;
     }

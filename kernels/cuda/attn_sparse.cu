@@ -23,13 +23,17 @@
 //   4 channels with 16-byte loads, skipping empty splits.
 // Variants (H200, engine/tests/gpu_attention_bench.rs: eager step with events, B1 CSA pos 4095, each incl.
 //   ~5 us launch gap): v1 CUDA-core partial (lane = key for Q.K, lane = channel pair for P.V, f32) 33 us +
-//   merge with a serial weight loop in one thread 31 us. v2 (this): tensor cores, 4-warp blocks, parallel
-//   merge: 16.5 + 10.8 us (B64 CSA: 145 + 13 us).
+//   merge with a serial weight loop in one thread 31 us. v2: tensor cores, 4-warp blocks, parallel
+//   merge: 16.5 + 10.8 us (B64 CSA: 145 + 13 us). v3 (this, same bits): Q and the key tiles staged by cp.async
+//   with every copy issued before the first wait (v2 loaded and stored one 16-byte chunk per loop trip: a chain
+//   of round trips per tile), the 4 heads' softmax reductions of a warp interleaved, the merge's split loads 8
+//   at a time up to the last non-empty split (v2: one load in flight per thread).
 #include "common.cuh"
 
 #define SP_HEADS 16
 #define SP_TILE 32
 #define SP_LDS 36  // row stride (floats) of the score / probability tile
+#define SP_MERGE_U 8  // split loads in flight per merge thread
 
 struct AttnSparse {
     const u16* q;      // [rows, heads, dim]
@@ -72,16 +76,22 @@ __device__ __forceinline__ u32 sp_smem_addr(const void* p) {
     return a;
 }
 
-// Stages keys [t0, t0 + nt) of the row as bf16 rows of ld words (zeros past nt).
-__device__ __forceinline__ void sp_load_tile(const AttnSparse& p, u32* ks, int ld, int row, int slot, int nwin,
-                                             int t0, int nt) {
+// Stages keys [t0, t0 + nt) of the row as bf16 rows of ld words (zeros past nt) with cp.async: threads 0-31 look
+// up the tile's key rows (the CSA selection) into kp, then every copy is issued before any is waited for. v2
+// loaded and stored one 16-byte chunk per loop trip (a selection load and a key load in series per trip: at
+// batch 1 each block's single tile was ~16 dependent round trips). Caller: barrier before (ks and kp free),
+// cp_async_wait<0>() and a barrier after.
+__device__ __forceinline__ void sp_load_tile(const AttnSparse& p, u32 ks_addr, int ld, int row, int slot, int nwin,
+                                             int t0, int nt, const u16** kp) {
+    if (threadIdx.x < SP_TILE)
+        kp[threadIdx.x] = (int)threadIdx.x < nt ? attn_key_ptr(p, row, slot, nwin, t0 + threadIdx.x) : p.ring;
+    __syncthreads();
     const int per_key = p.dim >> 3;  // 16-byte chunks per key
     for (int i = threadIdx.x; i < SP_TILE * per_key; i += blockDim.x) {
         const int j = i / per_key, c = i - j * per_key;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (j < nt) v = *((const uint4*)attn_key_ptr(p, row, slot, nwin, t0 + j) + c);
-        *(uint4*)(ks + j * ld + c * 4) = v;
+        cp_async16(ks_addr + (u32)(j * ld + c * 4) * 4u, kp[j] + c * 8, j < nt ? 16u : 0u);
     }
+    cp_async_commit();
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse p) {
@@ -98,6 +108,10 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     float* m_s = sp + SP_HEADS * SP_LDS;            // [16] running max
     float* l_s = m_s + SP_HEADS;                    // [16] running sum
     float* c_s = l_s + SP_HEADS;                    // [16] this tile's rescale of O
+    __shared__ const u16* kp[SP_TILE];              // the current tile's key rows
+    const int h0 = hg * SP_HEADS;
+    const int per_head = p.dim >> 3;
+    const u32 qs_addr = sp_smem_addr(qs), ks_addr = sp_smem_addr(ks);
     const int pos = p.positions[row], slot = p.slots[row];
     const int nwin = min(pos + 1, p.window);
     int ncomp = 0;
@@ -109,13 +123,14 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     // Whole 32-key tiles per split: a tile costs the same however few keys it holds.
     const int chunk = ((nkeys + splits - 1) / splits + SP_TILE - 1) / SP_TILE * SP_TILE;
     const int k0 = min(split * chunk, nkeys), k1 = min(k0 + chunk, nkeys);
-    const int h0 = hg * SP_HEADS;
-    const int per_head = p.dim >> 3;
-    for (int i = threadIdx.x; i < SP_HEADS * per_head; i += blockDim.x) {
-        const int h = i / per_head, c = i - h * per_head;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (h0 + h < p.heads) v = *((const uint4*)(p.q + ((u64)row * p.heads + h0 + h) * p.dim) + c);
-        *(uint4*)(qs + h * ld + c * 4) = v;
+    if (k0 < k1) {  // Q: in flight during the first tile's key lookups, waited for with its keys
+        for (int i = threadIdx.x; i < SP_HEADS * per_head; i += blockDim.x) {
+            const int h = i / per_head, c = i - h * per_head;
+            const bool live = h0 + h < p.heads;
+            const u16* src = p.q + ((u64)row * p.heads + (live ? h0 + h : 0)) * p.dim + c * 8;
+            cp_async16(qs_addr + (u32)(h * ld + c * 4) * 4u, src, live ? 16u : 0u);
+        }
+        cp_async_commit();
     }
     if (threadIdx.x < SP_HEADS) {
         m_s[threadIdx.x] = -INFINITY;
@@ -126,12 +141,12 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     float acc[16][4];
 #pragma unroll
     for (int j = 0; j < 16; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    const u32 ks_addr = sp_smem_addr(ks);
 
     for (int t0 = k0; t0 < k1; t0 += SP_TILE) {
         const int nt = min(SP_TILE, k1 - t0);
         __syncthreads();  // the previous tile's keys and probabilities are consumed
-        sp_load_tile(p, ks, ld, row, slot, nwin, t0, nt);
+        sp_load_tile(p, ks_addr, ld, row, slot, nwin, t0, nt, kp);
+        cp_async_wait<0>();  // this thread's key (and, first time, Q) copies
         __syncthreads();
         // S = Q K^T for keys 8w..8w+7 of the tile.
         float c[4] = {0.f, 0.f, 0.f, 0.f};
@@ -152,22 +167,41 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
             *(float2*)(sp + (g + 8) * SP_LDS + key) = hi;
         }
         __syncthreads();
-        // Online softmax: warp w updates heads 4w..4w+3 (lane = key).
+        // Online softmax: warp w updates heads 4w..4w+3 (lane = key), the 4 heads' reductions interleaved
+        // (v2 ran them one after another; each head's operations and order are unchanged).
+        {
+            float s[4], mo[4], mx[4], e[4], sum[4];
 #pragma unroll
-        for (int hh = 0; hh < 4; ++hh) {
-            const int h = 4 * warp + hh;
-            const float s = sp[h * SP_LDS + lane];  // -inf past nt
-            const float mo = m_s[h];
-            const float mn = fmaxf(mo, warp_max(s));  // finite: nt >= 1
-            const float e = expf(s - mn);
-            const float sum = warp_sum(e);
-            sp[h * SP_LDS + lane] = e;
-            __syncwarp();
+            for (int hh = 0; hh < 4; ++hh) {
+                s[hh] = sp[(4 * warp + hh) * SP_LDS + lane];  // -inf past nt
+                mo[hh] = m_s[4 * warp + hh];
+                mx[hh] = s[hh];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int hh = 0; hh < 4; ++hh) mx[hh] = fmaxf(mx[hh], __shfl_xor_sync(0xffffffffu, mx[hh], o));
+#pragma unroll
+            for (int hh = 0; hh < 4; ++hh) {
+                mx[hh] = fmaxf(mo[hh], mx[hh]);  // finite: nt >= 1
+                e[hh] = expf(s[hh] - mx[hh]);
+                sum[hh] = e[hh];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+                for (int hh = 0; hh < 4; ++hh) sum[hh] += __shfl_xor_sync(0xffffffffu, sum[hh], o);
+#pragma unroll
+            for (int hh = 0; hh < 4; ++hh) sp[(4 * warp + hh) * SP_LDS + lane] = e[hh];
             if (lane == 0) {
-                const float corr = expf(mo - mn);  // 0 on the first tile (mo = -inf)
-                l_s[h] = l_s[h] * corr + sum;
-                m_s[h] = mn;
-                c_s[h] = corr;
+#pragma unroll
+                for (int hh = 0; hh < 4; ++hh) {
+                    const int h = 4 * warp + hh;
+                    const float corr = expf(mo[hh] - mx[hh]);  // 0 on the first tile (mo = -inf)
+                    l_s[h] = l_s[h] * corr + sum[hh];
+                    m_s[h] = mx[hh];
+                    c_s[h] = corr;
+                }
             }
         }
         __syncthreads();
@@ -239,6 +273,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p)
     __shared__ __align__(16) float v[512];
     __shared__ float wgt[64];
     __shared__ float inv_den;
+    __shared__ int nsplit;  // 1 + the last split of nonzero weight
     pdl_trigger();
     pdl_wait();
     const int h = blockIdx.x, row = blockIdx.y, lane = threadIdx.x & 31;
@@ -260,20 +295,39 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p)
         const float den = expf(sink - mx) + warp_sum(l0 * e0 + l1 * e1);
         if (lane < p.splits) wgt[lane] = e0;
         if (lane + 32 < p.splits) wgt[lane + 32] = e1;
-        if (lane == 0) inv_den = 1.0f / den;
+        const u32 hi = __ballot_sync(0xffffffffu, e1 != 0.f), lo = __ballot_sync(0xffffffffu, e0 != 0.f);
+        if (lane == 0) {
+            inv_den = 1.0f / den;
+            nsplit = hi ? 64 - __clz(hi) : 32 - __clz(lo);
+        }
     }
     __syncthreads();
+    const int ns = nsplit;
     const float* po = p.part_o + ((u64)row * p.splits * p.heads + h) * p.dim;
     for (int c = threadIdx.x * 4; c < p.dim; c += blockDim.x * 4) {
         float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s = 0; s < p.splits; ++s) {
-            const float w = wgt[s];
-            if (w == 0.f) continue;
-            const float4 x = *(const float4*)(po + (u64)s * p.heads * p.dim + c);
-            o.x += w * x.x;
-            o.y += w * x.y;
-            o.z += w * x.z;
-            o.w += w * x.w;
+        // SP_MERGE_U splits' loads in flight at a time (v2 waited for each split's load before the next), up to
+        // the last split of nonzero weight (empty splits, which hold no output, are a suffix) and still added in
+        // split order, skipping weight 0. Volatile loads: the compiler keeps them ahead of the adds.
+        for (int s0 = 0; s0 < ns; s0 += SP_MERGE_U) {
+            float4 x[SP_MERGE_U];
+#pragma unroll
+            for (int u = 0; u < SP_MERGE_U; ++u) {
+                if (s0 + u < ns) {
+                    const uint4 r = ldg_keep(po + (u64)(s0 + u) * p.heads * p.dim + c);
+                    x[u] = make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z),
+                                       __uint_as_float(r.w));
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < SP_MERGE_U; ++u) {
+                const float w = s0 + u < ns ? wgt[s0 + u] : 0.f;
+                if (w == 0.f) continue;
+                o.x += w * x[u].x;
+                o.y += w * x[u].y;
+                o.z += w * x[u].z;
+                o.w += w * x[u].w;
+            }
         }
         const float id = inv_den;
         *(float4*)(v + c) = make_float4(o.x * id, o.y * id, o.z * id, o.w * id);

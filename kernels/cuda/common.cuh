@@ -64,6 +64,14 @@ __device__ __forceinline__ uint4 ldg_keep(const void* p) {
     return r;
 }
 
+// Pulls `bytes` at p into L1, one 128-byte line per thread and trip (the block's threads together): for inputs a
+// latency-bound kernel reads only after some dependent phase, so that phase finds them in L1 instead of waiting
+// for an L2 or DRAM round trip then. No registers, nothing to wait for.
+__device__ __forceinline__ void prefetch_l1(const void* p, int bytes) {
+    const char* c = (const char*)p;
+    for (int i = threadIdx.x * 128; i < bytes; i += blockDim.x * 128) asm volatile("prefetch.global.L1 [%0];" ::"l"(c + i));
+}
+
 // Packed bf16x2 multiply a*b (fma with -0 keeps the sign of zero products). bf16 fma keeps subnormals.
 __device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
     u32 d;

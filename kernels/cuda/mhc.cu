@@ -238,24 +238,26 @@ MHC_PARTIAL_KERNEL(4, 8)
 
 __device__ __forceinline__ float mhc_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
 
+// Sum of the 4 lanes l ^ {0, m1, m2, m1 ^ m2} as the two-step butterfly adds them, (p_l + p_l^m1) +
+// (p_l^m2 + p_l^m1^m2) (the same bits), with its three shuffles issued together instead of two in series.
+__device__ __forceinline__ float mhc_sum4(float p, int m1, int m2) {
+    const float a = __shfl_xor_sync(0xffffffffu, p, m1), b = __shfl_xor_sync(0xffffffffu, p, m2),
+                c = __shfl_xor_sync(0xffffffffu, p, m1 ^ m2);
+    return (p + a) + (b + c);
+}
+
 // Sinkhorn of a 4x4 matrix held one element per lane (lanes 0..15: i = lane / 4, k = lane % 4; lanes 16..31
-// run the same code on zeros). Same operations as the CPU reference; sums are pairwise (shuffles).
+// run the same code on zeros). Same operations as the CPU reference; sums are pairwise (mhc_sum4). The loop is
+// a latency chain (20 iterations of two sums and two divisions) that ends hc_finish at batch 1.
 __device__ float mhc_sinkhorn_lane(float p, float eps, int iters) {
-    float mx = fmaxf(p, __shfl_xor_sync(0xffffffffu, p, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float a = __shfl_xor_sync(0xffffffffu, p, 1), b = __shfl_xor_sync(0xffffffffu, p, 2),
+                c = __shfl_xor_sync(0xffffffffu, p, 3);
+    const float mx = fmaxf(fmaxf(p, a), fmaxf(b, c));
     const float e = expf(p - mx);
-    float sum = e + __shfl_xor_sync(0xffffffffu, e, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    p = e / sum + eps;
+    p = e / mhc_sum4(e, 1, 2) + eps;
     for (int it = 0; it < iters; ++it) {
-        if (it > 0) {
-            float r = p + __shfl_xor_sync(0xffffffffu, p, 1);
-            r += __shfl_xor_sync(0xffffffffu, r, 2);
-            p = p / (r + eps);
-        }
-        float col = p + __shfl_xor_sync(0xffffffffu, p, 4);
-        col += __shfl_xor_sync(0xffffffffu, col, 8);
-        p = p / (col + eps);
+        if (it > 0) p = p / (mhc_sum4(p, 1, 2) + eps);
+        p = p / (mhc_sum4(p, 4, 8) + eps);
     }
     return p;
 }

@@ -12,7 +12,9 @@
 //          issues all of its loads before the first use: the copy-back's loads together with the partial
 //          sums' loads (all of a warp's mixes at once), the 4 x 16 stream values of a thread's 16 collapse
 //          columns, the norm weights of each output phase. v4 looped with one or two loads per trip and took
-//          ~13 us per call at batch 1 (86 calls per step). Arithmetic and order are those of v4: the same bits.
+//          ~13 us per call at batch 1 (86 calls per step). v6: the row's streams and the norm weights are
+//          prefetched into L1 at the start (prefetch_l1), beside the partials' loads; the Sinkhorn's
+//          4-sums issue their 3 shuffles at once. Arithmetic and order are v4's: the same bits.
 // Depends on f32_to_e4m3 / e4m3_to_f32 (act_quant.cu), mhc_sigmoid / mhc_sinkhorn_lane (mhc.cu); fq_block is
 //          also used by moe_route.cu (later in the sorted translation unit).
 // Constraints: n = 4, D % 8 == 0, D <= MHC_MAX_D (checked on the host).
@@ -224,6 +226,11 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     uint4 cp[MHC_COPY_U];
     if (xcopy) mhc_copy_load(xr, nd, cp);
     float s0 = 0.f, bj[MHC_N];  // weights: loaded beside the partials
+    // The row's streams (read by the collapse after the partial sums) and the norm weights (read by the output
+    // phases; the 43 layers' do not stay in L2 between steps) into L1 now. Loading them into registers
+    // instead doubled the kernel's registers (82 -> 158: half the blocks per SM for prefill).
+    prefetch_l1(xr, nd * 2);
+    prefetch_l1(norm_w, D * 4);
     if (warp < MHC_FIN_WARPS) {
         s0 = scale[0];
 #pragma unroll

@@ -4,8 +4,8 @@
 //          expert ids from tid2eid[token] (i32 [vocab, topk]); others take the top-k of s_e + bias_e
 //          (descending, ties to the lower id, like the CPU reference); weights = s_idx / sum s_idx * scale.
 //          Outputs ids i32 [rows*topk] (feeds moe_group) and weights f32 [rows*topk].
-//          Launch: grid rows, block 32 (one warp); top-k by k warp argmax rounds.
-// moe_route_group: moe_route then moe_group (fp4_expert.cu) in one launch (the last block groups).
+//          Launch: grid rows, block 32 (one warp); top-k by k warp argmax rounds on registers.
+// moe_route_group: moe_route then moe_group (fp4_expert.cu) in one launch (one block, or the last block, groups).
 // moe_swiglu: h = silu(min(g, L)) * clamp(u, -L, L) * wt (L = swiglu_limit, no clamp when L <= 0); either
 //          rounded to bf16, or (quant != 0, official numerics) FP8 act-quant fake-quantised from f32 in blocks of 128
 //          along the row (a shorter last block when I % 128 != 0, as the CPU reference does). g, u f32 [S, I]
@@ -21,56 +21,102 @@
 
 __device__ __forceinline__ float route_softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// One warp routes one row: scores in shared memory (score, biased: [E] each, chosen: [topk] of this warp),
-// each top-k round a lane-local scan plus a 5-step butterfly (v1 used a 256-thread block with two barriers
-// per round: ~19 us per layer for gate + route + group).
+__device__ __forceinline__ float route_score(float logit) { return sqrtf(route_softplus(logit)); }
+
+// Order-preserving u32 key of a biased score: a > b as floats iff key(a) > key(b); -0 keys as +0, so float
+// ties are key ties; NaN keys 0, below every number (never chosen, as with the float compares of v1).
+__device__ __forceinline__ u32 route_key(float v) {
+    if (v != v) return 0u;
+    const u32 b = __float_as_uint(v + 0.0f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ __forceinline__ u32 warp_max_u32(u32 v) {
+    u32 r;
+    asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+__device__ __forceinline__ u32 warp_min_u32(u32 v) {
+    u32 r;
+    asm volatile("redux.sync.min.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
+    return r;
+}
+
+// A lane's best remaining expert (largest key, lowest j on ties) among its NPL experts lane + 32 j.
+template <int NPL>
+__device__ __forceinline__ void route_local_best(const u32* key, u32& bk, int& bj) {
+    bk = 0u;
+    bj = 0;
+#pragma unroll
+    for (int j = 0; j < NPL; ++j)
+        if (key[j] > bk) {
+            bk = key[j];
+            bj = j;
+        }
+}
+
+// One warp routes one row, all in registers (E <= 32 NPL): lane l scores experts l + 32 j; each top-k round
+// is a warp max of the lanes' best keys (redux) and a warp min of the ids holding it (ties to the lower id,
+// like the CPU reference), then the winning lane drops that expert. Lane k keeps the k-th id and, after the
+// rounds, re-evaluates its score.
+// v1 kept the scores in shared memory and ran each round as a scan plus a 5-step two-value butterfly; the
+// weights were one lane's serial loop. Outputs (ids, weights) are v1's bits; sid (shared, may be null)
+// also receives the ids, for the grouping of the same block.
+template <int NPL>
 __device__ __forceinline__ void route_row(const float* __restrict__ logits, const float* __restrict__ bias,
                                           const i32* __restrict__ tid2eid, const i32* __restrict__ tokens, int E,
-                                          int topk, float route_scale, i32* ids, float* wts, int row, float* score,
-                                          float* biased, int* chosen) {
+                                          int topk, float route_scale, i32* ids, float* wts, int row, int* sid) {
     const int lane = threadIdx.x & 31;
-    for (int e = lane; e < E; e += 32) {
-        const float s = sqrtf(route_softplus(logits[(u64)row * E + e]));
-        score[e] = s;
-        biased[e] = bias ? s + bias[e] : s;
-    }
-    __syncwarp();
+    const float* lr = logits + (u64)row * E;
+    int id = 0x7fffffff;
     if (tid2eid) {
-        if (lane < topk) chosen[lane] = tid2eid[(u64)tokens[row] * topk + lane];
+        if (lane < topk) id = tid2eid[(u64)tokens[row] * topk + lane];
     } else {
-        for (int k = 0; k < topk; ++k) {
-            float v = -INFINITY;
-            int i = 0x7fffffff;
-            for (int e = lane; e < E; e += 32)
-                if (biased[e] > v || (biased[e] == v && e < i)) {
-                    v = biased[e];
-                    i = e;
-                }
+        u32 key[NPL];
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-                if (ov > v || (ov == v && oi < i)) {
-                    v = ov;
-                    i = oi;
-                }
-            }
-            if (lane == 0) {
-                chosen[k] = i;
-                biased[i] = -INFINITY;
-            }
-            __syncwarp();
+        for (int j = 0; j < NPL; ++j) {
+            const int e = lane + 32 * j;
+            const float l = e < E ? lr[e] : 0.f;
+            const float b = bias && e < E ? bias[e] : 0.f;
+            const float sc = route_score(l);
+            key[j] = e < E ? route_key(bias ? sc + b : sc) : 0u;
         }
-    }
-    __syncwarp();
-    if (lane == 0) {
-        float sum = 0.f;
-        for (int k = 0; k < topk; ++k) sum += score[chosen[k]];
+        u32 bk;
+        int bj;
+        route_local_best<NPL>(key, bk, bj);
         for (int k = 0; k < topk; ++k) {
-            ids[(u64)row * topk + k] = chosen[k];
-            wts[(u64)row * topk + k] = score[chosen[k]] / sum * route_scale;
+            const u32 mk = warp_max_u32(bk);
+            const u32 win = warp_min_u32(mk != 0u && bk == mk ? (u32)(lane + 32 * bj) : 0x7fffffffu);
+            if (lane == k) id = (int)win;
+            if (mk != 0u && (int)(win & 31u) == lane) {
+#pragma unroll
+                for (int j = 0; j < NPL; ++j)
+                    if (j == (int)(win >> 5)) key[j] = 0u;
+                route_local_best<NPL>(key, bk, bj);
+            }
         }
     }
+    // The chosen expert's score again (the same f32 operations as for its key: the same bits).
+    const float s_k = lane < topk && id >= 0 && id < E ? route_score(lr[id]) : __int_as_float(0x7fc00000);
+    float sum = 0.f;  // v1's order: k = 0, 1, ...
+    for (int k = 0; k < topk; ++k) sum += __shfl_sync(0xffffffffu, s_k, k);
+    if (lane < topk) {
+        ids[(u64)row * topk + lane] = id;
+        wts[(u64)row * topk + lane] = s_k / sum * route_scale;
+        if (sid) sid[row * topk + lane] = id;
+    }
+}
+
+// route_row at the register width E needs (checked on the host: E <= 1024).
+__device__ __forceinline__ void route_row_any(const float* __restrict__ logits, const float* __restrict__ bias,
+                                              const i32* __restrict__ tid2eid, const i32* __restrict__ tokens,
+                                              int E, int topk, float route_scale, i32* ids, float* wts, int row,
+                                              int* sid) {
+    if (E <= 256)
+        route_row<8>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
+    else
+        route_row<32>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
 }
 
 extern "C" __global__ void __launch_bounds__(32) moe_route(
@@ -79,36 +125,75 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
     float* __restrict__ wts) {
     pdl_trigger();
     pdl_wait();
-    __shared__ float score[1024];
-    __shared__ float biased[1024];
-    __shared__ int chosen[16];
-    route_row(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, score, biased, chosen);
+    route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, nullptr);
 }
 
-// moe_route and moe_group (fp4_expert.cu) in one launch: grid ceil(rows / 4), block 128; warp w of block b
-// routes row 4b + w exactly as moe_route does, then the last block to finish (a device counter, `counter`,
-// zero between launches: that block resets it) groups all rows' ids into meta as moe_group does. Saves one
-// dependent launch per MoE layer while the routing keeps one warp per row. Measured (H200, full-size bench,
-// graph replay, with an earlier fp4_expert build): against moe_route + moe_group +0.04 / +0.05 / +0.07 ms
-// per step at batch 1 / 8 / 64, i.e. no gain within the run-to-run noise (~0.01-0.08 ms): the fences, the
-// counter atomic and the grouping on 128 instead of 256 threads cost about what the launch gap saved. Ordering: every block fences its
-// ids before counting itself in; the last block fences after seeing the full count and reads the ids from
-// L2 (moe_group_block), so it sees every block's writes.
-#define RG_WARPS 4
-extern "C" __global__ void __launch_bounds__(RG_WARPS * 32) moe_route_group(
+// moe_group_block's result for S <= 32 slots, by one warp (lane i = slot i, ids sid[i] in shared memory):
+// rank = earlier slots of the same expert (match_any), start = valid slots of lower experts, group index =
+// distinct lower experts; no barriers, atomics or scans. The same meta as moe_group_block.
+__device__ __forceinline__ void route_group_warp(const int* sid, int S, int E, i32* __restrict__ meta) {
+    const int lane = threadIdx.x & 31;
+    const int e = lane < S ? sid[lane] : -1;
+    const bool valid = e >= 0 && e < E;
+    const u32 same = __match_any_sync(0xffffffffu, valid ? e : -1);
+    const int rank = __popc(same & ((1u << lane) - 1u));
+    const u32 valids = __ballot_sync(0xffffffffu, valid);
+    const u32 leaders = __ballot_sync(0xffffffffu, valid && rank == 0);
+    int start = 0, gidx = 0;
+    for (int j = 0; j < S; ++j) {
+        const int ej = __shfl_sync(0xffffffffu, e, j);
+        const bool lower = ((valids >> j) & 1u) && ej < e;
+        start += lower ? 1 : 0;
+        gidx += lower && ((leaders >> j) & 1u) ? 1 : 0;
+    }
+    i32* group_expert = meta + 1;
+    i32* group_start = meta + 1 + S;
+    i32* slots = meta + 2 + 2 * S;
+    if (valid) {
+        slots[start + rank] = lane;
+        if (rank == 0) {
+            group_expert[gidx] = e;
+            group_start[gidx] = start;
+        }
+    }
+    if (lane == 0) {
+        const int G = __popc(leaders);
+        meta[0] = G;
+        group_start[G] = __popc(valids);
+    }
+}
+
+// moe_route and moe_group (fp4_expert.cu) in one launch; warp w of block b routes row b * warps + w exactly as
+// moe_route does. Two shapes (the launcher picks by rows):
+// - one block (rows <= ROUTE_GROUP_ONE_BLOCK, one warp per row): the ids also go to shared memory; after one
+//   barrier warp 0 groups them (route_group_warp) when rows * topk <= 32, else the block runs moe_group_block.
+//   No device counter, fences or atomics: at batch 1 v1 (below, then for every batch) took 12.5 us per layer.
+// - grid ceil(rows / 4), block 128: the last block to finish (a device counter, `counter`, zero between
+//   launches: that block resets it) groups all rows' ids into meta. Ordering: every block fences its ids
+//   before counting itself in; the last block fences after seeing the full count and reads the ids from L2
+//   (moe_group_block), so it sees every block's writes.
+extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
     i32* __restrict__ meta, int* counter) {
     pdl_trigger();
     pdl_wait();
-    // Routing needs 2 x 1024 floats per warp, grouping 5120 ints: the phases share one buffer.
-    __shared__ __align__(16) float sm[RG_WARPS * 2048];
-    __shared__ int chosen[RG_WARPS][16];
+    __shared__ __align__(16) int sm[5120];  // moe_group_block's scratch; one block: sid = the ids first
     __shared__ int last;
-    const int warp = threadIdx.x >> 5, row = blockIdx.x * RG_WARPS + warp;
-    if (row < rows)
-        route_row(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sm + warp * 2048,
-                  sm + warp * 2048 + 1024, chosen[warp]);
+    const int warp = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + warp;
+    const int S = rows * topk;
+    if (gridDim.x == 1) {
+        __shared__ int sid[512];  // rows * topk <= 32 x 16 (launcher)
+        if (row < rows) route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
+        __syncthreads();  // the block's ids, in shared memory and in global memory (moe_group_block reads those)
+        if (S <= 32) {
+            if (warp == 0) route_group_warp(sid, S, E, meta);
+        } else {
+            moe_group_block(ids, S, E, meta, sm);
+        }
+        return;
+    }
+    if (row < rows) route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, nullptr);
     __threadfence();  // this thread's ids and weights are visible device-wide before the block counts itself
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -117,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(RG_WARPS * 32) moe_route_group(
     __syncthreads();
     if (!last) return;
     __threadfence();
-    moe_group_block(ids, rows * topk, E, meta, reinterpret_cast<int*>(sm));
+    moe_group_block(ids, S, E, meta, sm);
     if (threadIdx.x == 0) *counter = 0;
 }
 

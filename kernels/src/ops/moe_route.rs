@@ -96,8 +96,11 @@ fn route_args<T: DevicePtr<i32>, B: DevicePtr<f32>>(
     })
 }
 
-/// Routing rows per `moe_route_group` block (its RG_WARPS).
+/// Routing rows per `moe_route_group` block when it runs several blocks.
 const ROUTE_GROUP_ROWS: usize = 4;
+/// Up to this many rows `moe_route_group` runs one block of one warp per row (no device counter; its
+/// shared id list holds 16 x topk <= 256 ids).
+const ROUTE_GROUP_ONE_BLOCK: usize = 16;
 
 impl GpuContext {
     /// `logits` f32 [rows, E] -> `ids` i32 [rows*topk], `wts` f32 [rows*topk].
@@ -151,9 +154,14 @@ impl GpuContext {
         let mp = ptr_mut(meta, stream);
         // The counter: the buffer's last element, past what any launch on it writes (moe_group_meta_len).
         let cp = mp + 4 * (meta.len() as u64 - 1);
+        let per_block = if s.rows <= ROUTE_GROUP_ONE_BLOCK {
+            s.rows
+        } else {
+            ROUTE_GROUP_ROWS
+        };
         let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, s.rows.div_ceil(ROUTE_GROUP_ROWS))?, 1, 1),
-            block_dim: (32 * ROUTE_GROUP_ROWS as u32, 1, 1),
+            grid_dim: (grid(NAME, s.rows.div_ceil(per_block))?, 1, 1),
+            block_dim: (32 * grid(NAME, per_block)?, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();

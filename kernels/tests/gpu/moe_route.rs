@@ -182,13 +182,17 @@ fn run_case(g: &dsv4_kernels::GpuContext, seed: u64, rows: usize, e: usize, topk
 fn moe_route_group_matches_reference() {
     let Some(g) = gpu() else { return };
     let cases = [
-        (1, 256, 6, By::TopKBias), // decode batch 1 of the real model: one block, 3 idle warps
+        (1, 256, 6, By::TopKBias), // decode batch 1 of the real model: one warp routes and groups
         (3, 256, 6, By::Hash),
-        (5, 8, 6, By::TopK), // rows not a multiple of a block's 4; few experts
+        (5, 8, 6, By::TopK), // few experts, 30 slots: one block, warp grouping
         (64, 256, 6, By::TopKBias), // batch 64: 16 blocks, 384 slots
-        (17, 1000, 16, By::TopKBias), // E not a multiple of 32, top-16
-        (64, 33, 1, By::TopK), // top-1, one expert past a warp
-        (9, 64, 4, By::Hash),
+        (17, 1000, 16, By::TopKBias), // E not a multiple of 32, top-16, the first multi-block row count
+        (64, 33, 1, By::TopK),        // top-1, one expert past a warp
+        (9, 64, 4, By::Hash),         // one block, 36 slots: block grouping
+        (16, 256, 2, By::TopK),       // one block of 16 warps, exactly 32 slots
+        (2, 1000, 16, By::TopK),      // the 32-per-lane register width, 32 slots
+        (16, 300, 6, By::TopKBias),   // one block, 96 slots, 32 per lane
+        (1, 3, 3, By::TopK),          // every expert chosen
     ];
     for (i, (rows, e, topk, by)) in cases.into_iter().enumerate() {
         run_case(&g, 800 + i as u64, rows, e, topk, by);
