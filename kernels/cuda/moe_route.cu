@@ -31,6 +31,13 @@ __device__ __forceinline__ u32 route_key(float v) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// Read-only f32 load that the compiler keeps where it is written (see route_row).
+__device__ __forceinline__ float route_ldg(const float* p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ u32 warp_max_u32(u32 v) {
     u32 r;
     asm volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
@@ -73,14 +80,22 @@ __device__ __forceinline__ void route_row(const float* __restrict__ logits, cons
     if (tid2eid) {
         if (lane < topk) id = tid2eid[(u64)tokens[row] * topk + lane];
     } else {
+        // All loads first, branch-free (clamped indices; volatile, so none is sunk under a branch next to its
+        // use): the first version loaded each (logit, bias) pair under its own `e < E` branch right before the
+        // expf, 8 dependent round trips (13.7 us per launch at batch 1 against 12.5 for v1).
         u32 key[NPL];
+        float l[NPL], b[NPL];
+        const float* bp = bias ? bias : lr;
 #pragma unroll
         for (int j = 0; j < NPL; ++j) {
-            const int e = lane + 32 * j;
-            const float l = e < E ? lr[e] : 0.f;
-            const float b = bias && e < E ? bias[e] : 0.f;
-            const float sc = route_score(l);
-            key[j] = e < E ? route_key(bias ? sc + b : sc) : 0u;
+            const int e = min(lane + 32 * j, E - 1);
+            l[j] = route_ldg(lr + e);
+            b[j] = route_ldg(bp + e);
+        }
+#pragma unroll
+        for (int j = 0; j < NPL; ++j) {
+            const float sc = route_score(l[j]);
+            key[j] = lane + 32 * j < E ? route_key(bias ? sc + b[j] : sc) : 0u;
         }
         u32 bk;
         int bj;
