@@ -9,25 +9,10 @@
 //   C 16x8: c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8, cols 2t, 2t+1).
 #include "common.cuh"
 
-// Shared-memory address (32-bit) of a generic pointer into shared memory.
-__device__ __forceinline__ u32 pf_smem(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// 16-byte global -> shared copy bypassing L1; !valid copies nothing and zero-fills the 16 bytes (src must
-// still be a valid address: callers pass a base pointer then).
+// 16-byte global -> shared copy bypassing L1 (common.cuh's cp_async16); !valid copies nothing and zero-fills
+// the 16 bytes (src must still be a valid address: callers pass a base pointer then).
 __device__ __forceinline__ void pf_cp16(u32 dst, const void* src, bool valid) {
-    const u32 n = valid ? 16u : 0u;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void pf_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int N>
-__device__ __forceinline__ void pf_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+    cp_async16(dst, src, valid ? 16u : 0u);
 }
 
 // Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
@@ -48,21 +33,21 @@ __device__ __forceinline__ void pf_ldsm4_t(u32 addr, u32& r0, u32& r1, u32& r2, 
 __device__ __forceinline__ void pf_frag_a(const u16* tile, int ld, int row0, int k0, u32 (&a)[4]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (row0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
-    pf_ldsm4(pf_smem(p), a[0], a[1], a[2], a[3]);
+    pf_ldsm4(smem_u32(p), a[0], a[1], a[2], a[3]);
 }
 
 // B fragments of two n8 tiles (n0..n0+15) x 16 k from a [n][k] tile: b[0] for n0.., b[1] for n0+8...
 __device__ __forceinline__ void pf_frag_b(const u16* tile, int ld, int n0, int k0, u32 (&b0)[2], u32 (&b1)[2]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
-    pf_ldsm4(pf_smem(p), b0[0], b0[1], b1[0], b1[1]);
+    pf_ldsm4(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
 }
 
 // B fragments of two n8 tiles (n0..n0+15) x 16 k from a [k][n] row-major tile (transposed loads).
 __device__ __forceinline__ void pf_frag_bt(const u16* tile, int ld, int k0, int n0, u32 (&b0)[2], u32 (&b1)[2]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    pf_ldsm4_t(pf_smem(p), b0[0], b0[1], b1[0], b1[1]);
+    pf_ldsm4_t(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
 }
 
 __device__ __forceinline__ void pf_mma(float* c, const u32 (&a)[4], const u32 (&b)[2]) {

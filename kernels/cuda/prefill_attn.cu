@@ -81,19 +81,19 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
         const int h = c / CPK, part = c - h * CPK;
         const bool ok = h < nh;
         const u16* src = ok ? p.q + ((u64)r * p.heads + hbase + h) * D + part * 8 : p.q;
-        pf_cp16(pf_smem(Qs + h * LD + part * 8), src, ok);
+        pf_cp16(smem_u32(Qs + h * LD + part * 8), src, ok);
     }
     auto load_keys = [&](int tile, u16* dst) {
         for (int c = tid; c < PFA_KT * CPK; c += 256) {
             const int j = c / CPK, part = c - j * CPK, i = tile * PFA_KT + j;
             const bool ok = i < nkeys;
             const u16* src = ok ? pf_attn_key(p, r, i, nwin, pos, slot, p0, r0) + part * 8 : p.q;
-            pf_cp16(pf_smem(dst + j * LD + part * 8), src, ok);
+            pf_cp16(smem_u32(dst + j * LD + part * 8), src, ok);
         }
     };
     const int ntiles = (nkeys + PFA_KT - 1) / PFA_KT;
     load_keys(0, Ks);
-    pf_commit();
+    cp_async_commit();
 
     float m_run[8], l_run[8];
 #pragma unroll
@@ -110,10 +110,10 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
         const u16* Kt = Ks + (t & 1) * PFA_KT * LD;
         if (t + 1 < ntiles) {
             load_keys(t + 1, Ks + ((t + 1) & 1) * PFA_KT * LD);
-            pf_commit();
-            pf_wait<1>();
+            cp_async_commit();
+            cp_async_wait<1>();
         } else {
-            pf_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
         // S = Q K^T for heads 16mi.., keys 16ni.. of this tile.

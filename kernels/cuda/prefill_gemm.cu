@@ -119,7 +119,7 @@ __device__ __forceinline__ void pf_async_w_bf16(const PfGemm& p, int g, int n0, 
         const int c = threadIdx.x + 256 * j, row = c >> 3, kc = (c & 7) * 8;
         const int n = n0 + row, k = k0 + kc;
         const bool ok = n < N && k < p.K;
-        pf_cp16(pf_smem(Bs + row * PF_LDS + kc), ok ? (const void*)(w + (u64)n * p.K + k) : (const void*)w, ok);
+        pf_cp16(smem_u32(Bs + row * PF_LDS + kc), ok ? (const void*)(w + (u64)n * p.K + k) : (const void*)w, ok);
     }
 }
 
@@ -171,7 +171,7 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
         for (int j = 0; j < MT; ++j) {
             const int c = tid + 256 * j, row = c >> 3, kc = (c & 7) * 8;
             const bool ok = aok[j] && k0 + kc < K;
-            pf_cp16(pf_smem(dst + row * PF_LDS + kc), ok ? (const void*)(arow[j] + k0 + kc) : (const void*)x, ok);
+            pf_cp16(smem_u32(dst + row * PF_LDS + kc), ok ? (const void*)(arow[j] + k0 + kc) : (const void*)x, ok);
         }
     };
 
@@ -187,7 +187,7 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
     PfWeightRegs<WT> wr;
     load_a(0, 0);
     if (WT == PF_WT_BF16) pf_async_w_bf16(p, g, n0, N, 0, Bs);
-    pf_commit();
+    cp_async_commit();
     if (WT != PF_WT_BF16) {
         pf_load_w<WT>(p, g, expert, n0, N, 0, wr);
         pf_store_w<WT>(wr, Bs);
@@ -198,11 +198,11 @@ __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
         if (next) {
             load_a(cur ^ 1, (kt + 1) * PF_BK);
             if (WT == PF_WT_BF16) pf_async_w_bf16(p, g, n0, N, (kt + 1) * PF_BK, Bs + (cur ^ 1) * PF_BN * PF_LDS);
-            pf_commit();
+            cp_async_commit();
             if (WT != PF_WT_BF16) pf_load_w<WT>(p, g, expert, n0, N, (kt + 1) * PF_BK, wr);
-            pf_wait<1>();
+            cp_async_wait<1>();
         } else {
-            pf_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
         const u16* At = As + cur * BM * PF_LDS;

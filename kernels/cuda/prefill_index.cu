@@ -49,20 +49,20 @@ __device__ __forceinline__ void pf_index_body(const PfIndexScore& p) {
         const int h = c / CPR, part = c - h * CPR;
         const bool ok = h < p.heads;
         const u16* src = ok ? p.q + ((u64)r * p.heads + h) * DIM + part * 8 : p.q;
-        pf_cp16(pf_smem(Qs + h * LD + part * 8), src, ok);
+        pf_cp16(smem_u32(Qs + h * LD + part * 8), src, ok);
     }
     const u16* kb = p.keys + (u64)slot * p.cap * DIM;
     auto load_keys = [&](int tile, u16* dst) {
         for (int c = tid; c < PFI_ET * CPR; c += 128) {
             const int j = c / CPR, part = c - j * CPR, e = tile * PFI_ET + j;
             const bool ok = e < n;
-            pf_cp16(pf_smem(dst + j * LD + part * 8), ok ? (const void*)(kb + (u64)e * DIM + part * 8) : (const void*)kb,
+            pf_cp16(smem_u32(dst + j * LD + part * 8), ok ? (const void*)(kb + (u64)e * DIM + part * 8) : (const void*)kb,
                     ok);
         }
     };
     load_keys(blockIdx.x, Ks);
-    pf_commit();
-    pf_wait<0>();
+    cp_async_commit();
+    cp_async_wait<0>();
     __syncthreads();
     u32 qa[DIM / 16][4];
 #pragma unroll
@@ -76,10 +76,10 @@ __device__ __forceinline__ void pf_index_body(const PfIndexScore& p) {
         const int nxt = tile + gridDim.x;
         if (nxt < ntiles) {
             load_keys(nxt, Ks + ((it + 1) & 1) * PFI_ET * LD);
-            pf_commit();
-            pf_wait<1>();
+            cp_async_commit();
+            cp_async_wait<1>();
         } else {
-            pf_wait<0>();
+            cp_async_wait<0>();
         }
         __syncthreads();
 #pragma unroll
