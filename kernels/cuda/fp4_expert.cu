@@ -23,10 +23,11 @@
 //          of real columns load it (batch 1: 4 of 32 lanes), padding columns keep zeros.
 // Compute: mma.sync m16n8k16 bf16 (sm_80+). 16 weight bytes = 32 fp4 values = exactly one scale group per
 //          thread and row. Nibbles i and i+4 of a word form one bf16x2 (K permuted within the word, the same
-//          permutation applied to x by byte_perm), each made as a bf16 bit pattern (value * 2^-126) with 2
-//          shifts + 2 lop3 (ptxas: one immediate per lop3), then one packed bf16 multiply by 2^126 * S
-//          (exact: power of two). That decode, ~300 of the loop's instructions per 2 KB, is what bounds the
-//          kernel once the loads are in flight: the integer pipe runs at half rate.
+//          permutation applied to x by byte_perm), each a bf16 bit pattern (value * 2^-126) from the device
+//          layout's rotation and mask (fp4_pairs, common.cuh), then one packed bf16 multiply by 2^126 * S
+//          (exact: power of two). That decode is what bounds the kernel once the loads are in flight: the
+//          integer pipe runs at half rate.
+// Weights: Wq is in the device layout (fp4_layout.cu), not the checkpoint's nibble order.
 // Constraints: K % 32 == 0, scale exponent byte <= 128 (scale <= 2; real scales are far smaller), E <= 1024.
 //
 // Variants (H200, `kbench fp4`: w1 2048x4096 per token / w2 4096x2048 per slot, 256 experts, top-6, with
@@ -50,19 +51,16 @@
 //       every chunk); for 32-row warps that variant measured 10% slower (a worse schedule), so it is not
 //       used there. With kw 4 for 32-row warps (kbench, us, old default kw2 -> now): w1 B=8 100.5 -> 85.6,
 //       B=64 453.8 -> 381-397; w2 B=8 87.0 -> 84.7, B=64 404 -> 401. Full model +10% tok/s at batch 8 and 64.
+//   v5  (this) weights in the device layout (fp4_layout.cu): 9 integer ops per word instead of 15; the main
+//       chunk loop went from 478 to 382 SASS instructions (mt2) and 263 to 215 (mt1). Measured (2026-11-30,
+//       kbench, rotated ids, us): w1 B=8 85.6 -> 83.0, B=64 381-397 -> 385.5; w2 B=8 84.7 -> 83.3, B=64 401
+//       -> 378; full model (graphs, 4K) batch 8 471.8 -> 481.2 tok/s, batch 64 1094 -> 1137, 1K-prompt
+//       TTFT 280 -> 265 ms. Far less than the 20% fewer instructions: integer issue was not the only limit.
 #include "common.cuh"
 
 #define FP4_WARPS 4  // warps per block (128 threads)
 #define FP4_ST 3     // cp.async ring depth: 2 chunks in flight while one is computed (depth 4 measured slower)
 #define FP4_SST (FP4_ST + 1)  // scale-word ring depth (see fp4_expert_body)
-
-// bf16x2 of nibbles i and i+4 of w, as raw bits (value * 2^-126).
-template <int I>
-__device__ __forceinline__ u32 e2m1_pair_raw(u32 w) {
-    const u32 sgn = (12 - 4 * I) >= 0 ? (w << (12 - 4 * I)) : (w >> (4 * I - 12));
-    const u32 mag = (6 - 4 * I) >= 0 ? (w << (6 - 4 * I)) : (w >> (4 * I - 6));
-    return (sgn & 0x80008000u) | (mag & 0x01c001c0u);
-}
 
 __device__ __forceinline__ u32 word4(const uint4& v, int i) {
     return i == 0 ? v.x : (i == 1 ? v.y : (i == 2 ? v.z : v.w));
@@ -92,15 +90,15 @@ __device__ __forceinline__ void fp4_chunk_x(float* acc, const uint4 (&wv)[2 * MT
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            const u32 w0 = word4(wv[2 * mt], q), w1 = word4(wv[2 * mt + 1], q);
+            u32 p0[4], p1[4];  // word q of rows g and g + 8: pairs of weights (i, i + 4)
+            fp4_pairs(word4(wv[2 * mt], q), p0);
+            fp4_pairs(word4(wv[2 * mt + 1], q), p1);
             const u32 f0 = f[2 * mt], f1 = f[2 * mt + 1];
             // Weight fragments for k-steps 2q (pairs 0, 1) and 2q + 1 (pairs 2, 3) of word q.
-            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(e2m1_pair_raw<0>(w0), f0), bf16x2_mul(e2m1_pair_raw<0>(w1), f1),
-                           bf16x2_mul(e2m1_pair_raw<1>(w0), f0), bf16x2_mul(e2m1_pair_raw<1>(w1), f1), b[0][0],
-                           b[0][1]);
-            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(e2m1_pair_raw<2>(w0), f0), bf16x2_mul(e2m1_pair_raw<2>(w1), f1),
-                           bf16x2_mul(e2m1_pair_raw<3>(w0), f0), bf16x2_mul(e2m1_pair_raw<3>(w1), f1), b[1][0],
-                           b[1][1]);
+            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(p0[0], f0), bf16x2_mul(p1[0], f1), bf16x2_mul(p0[1], f0),
+                           bf16x2_mul(p1[1], f1), b[0][0], b[0][1]);
+            mma_bf16_16816(&acc[mt * 4], bf16x2_mul(p0[2], f0), bf16x2_mul(p1[2], f1), bf16x2_mul(p0[3], f0),
+                           bf16x2_mul(p1[3], f1), b[1][0], b[1][1]);
         }
     }
 }

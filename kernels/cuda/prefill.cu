@@ -69,23 +69,20 @@ __device__ __forceinline__ void pf_e4m3x4(u32 w, u32 f, u32& lo, u32& hi) {
     hi = bf16x2_mul((p & 0x80008000u) | ((p >> 4) & 0x07f007f0u), f);
 }
 
-// Nibbles 2i (low half) and 2i+1 (high half) of w as bf16x2 bit patterns of value * 2^-126 (e2m1: bit 3 sign,
-// bits 2..1 exponent, bit 0 mantissa -> bf16 bit 15, bits 8..7, bit 6).
-template <int I>
-__device__ __forceinline__ u32 pf_e2m1_pair(u32 w) {
-    const u32 x = ((w >> (8 * I)) & 0xfu) | (((w >> (8 * I + 4)) & 0xfu) << 16);
-    return ((x << 12) & 0x80008000u) | ((x << 6) & 0x01c001c0u);
-}
-
-// 32 FP4 values (16 bytes, element 2m in the low nibble of byte m) -> 16 bf16x2 words in natural order.
+// 32 FP4 values (16 bytes in the device layout, see fp4_pairs) -> 16 bf16x2 words in natural order, times
+// the scale multiplier f.
 __device__ __forceinline__ void pf_fp4x32(const uint4& v, u32 f, u32 (&out)[16]) {
     const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        out[4 * i + 0] = bf16x2_mul(pf_e2m1_pair<0>(w[i]), f);
-        out[4 * i + 1] = bf16x2_mul(pf_e2m1_pair<1>(w[i]), f);
-        out[4 * i + 2] = bf16x2_mul(pf_e2m1_pair<2>(w[i]), f);
-        out[4 * i + 3] = bf16x2_mul(pf_e2m1_pair<3>(w[i]), f);
+        u32 p[4];  // p[I] = weights (I, I + 4) of word i
+        fp4_pairs(w[i], p);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) p[j] = bf16x2_mul(p[j], f);
+        out[4 * i + 0] = byte_perm(p[0], p[1], 0x5410);  // weights 0, 1
+        out[4 * i + 1] = byte_perm(p[2], p[3], 0x5410);  // 2, 3
+        out[4 * i + 2] = byte_perm(p[0], p[1], 0x7632);  // 4, 5
+        out[4 * i + 3] = byte_perm(p[2], p[3], 0x7632);  // 6, 7
     }
 }
 

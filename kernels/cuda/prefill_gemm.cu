@@ -17,8 +17,8 @@
 // Tiles:   block 256 threads = 8 warps as 2 (M) x 4 (N); BM = 32*MT rows (MT = 2 or 4), BN = 128, BK = 64.
 //          Warp tile (16*MT) x 32: MT x 4 mma m16n8k16 per 16-wide k step, fragments by ldmatrix.
 // Memory:  x tiles go global -> shared with cp.async; weight tiles are loaded into registers one K tile
-//          ahead, converted to bf16 (FP8: byte moves + one packed multiply per pair; FP4: shifts + masks + one
-//          multiply) and stored to shared memory after the current tile's mma: a 2-stage pipeline. Shared rows
+//          ahead, converted to bf16 (FP8: byte moves + one packed multiply per pair; FP4, in the device layout
+//          of fp4_layout.cu: a rotation + mask + one multiply per pair, then byte moves to natural order) and stored to shared memory after the current tile's mma: a 2-stage pipeline. Shared rows
 //          are 72 bf16 (144 B) so ldmatrix reads are conflict-free. Dynamic shared memory: 2 * (BM + 128) * 144 B.
 // Grid:    dense (ceil(M/BM), ceil(Nmax/128), groups): consecutive blocks share a weight tile (weights stream
 //          from DRAM about once). Expert: (max tiles, ceil(N/128), groups); blocks past tiles[0] exit.

@@ -16,6 +16,8 @@ pub struct Kernels {
     pub gemv_ring: crate::ops::gemv_ring::RingKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
+    /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
+    pub fp4_layout: CudaFunction,
     /// bf16_expert: routed experts of BF16 checkpoints (ops::bf16_expert).
     pub bf16_expert: CudaFunction,
     pub moe_group: CudaFunction,
@@ -46,6 +48,7 @@ impl Kernels {
             gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
             gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
             fp4_expert,
+            fp4_layout: get("fp4_to_device_layout")?,
             bf16_expert: get("bf16_expert")?,
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,

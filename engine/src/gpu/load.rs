@@ -96,7 +96,7 @@ fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBa
     let (w1, s1) = expert_matrix(ctx, ck, p, "w1", e, format)?;
     let (w3, s3) = expert_matrix(ctx, ck, p, "w3", e, format)?;
     let (w2, s2) = expert_matrix(ctx, ck, p, "w2", e, format)?;
-    Ok(ExpertBank {
+    ExpertBank {
         w1,
         s1,
         w3,
@@ -104,7 +104,8 @@ fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBa
         w2,
         s2,
         format,
-    })
+    }
+    .into_device_layout(ctx)
 }
 
 fn moe(ctx: &GpuContext, ck: &Checkpoint, layer: usize, p: &str) -> Result<MoeDev, RunnerError> {

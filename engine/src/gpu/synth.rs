@@ -78,7 +78,7 @@ impl Gen<'_> {
             cfg.moe_intermediate_size,
         );
         let (b_in, b_mid) = (Self::scale_byte(E2M1_RMS, d), Self::scale_byte(E2M1_RMS, i));
-        Ok(ExpertBank {
+        ExpertBank {
             w1: self.buf(e * i * d / 2, Fill::Fp4)?,
             s1: self.buf(e * i * d / 32, Fill::Byte(b_in))?,
             w3: self.buf(e * i * d / 2, Fill::Fp4)?,
@@ -86,7 +86,8 @@ impl Gen<'_> {
             w2: self.buf(e * d * i / 2, Fill::Fp4)?,
             s2: self.buf(e * d * i / 32, Fill::Byte(b_mid))?,
             format: ExpertFormat::Fp4,
-        })
+        }
+        .into_device_layout(self.ctx)
     }
 
     pub(crate) fn moe(

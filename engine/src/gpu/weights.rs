@@ -29,8 +29,10 @@ pub struct Fp8Linear {
 }
 
 /// The routed experts of one MoE layer (or of several, when a full-size synthetic model shares banks):
-/// `format` Fp4: `w1`, `w3` [E, I, D/2] and `w2` [E, D, I/2] with per-32 UE8M0 scales; `format` Bf16: the
-/// bf16 `w1`, `w3` [E, I, D] and `w2` [E, D, I] as their bytes, the scales 1-byte placeholders.
+/// `format` Fp4: `w1`, `w3` [E, I, D/2] and `w2` [E, D, I/2] with per-32 UE8M0 scales, the weights in the
+/// device layout of `cuda/fp4_layout.cu` once [`ExpertBank::into_device_layout`] ran (every constructor
+/// calls it); `format` Bf16: the bf16 `w1`, `w3` [E, I, D] and `w2` [E, D, I] as their bytes, the scales
+/// 1-byte placeholders.
 pub struct ExpertBank {
     pub w1: CudaSlice<u8>,
     pub s1: CudaSlice<u8>,
@@ -42,6 +44,17 @@ pub struct ExpertBank {
 }
 
 impl ExpertBank {
+    /// Rewrites freshly uploaded FP4 weights (checkpoint nibble order) into the device layout the expert
+    /// kernels decode; BF16 banks are returned as they are. Call exactly once per bank.
+    pub fn into_device_layout(mut self, ctx: &GpuContext) -> Result<Self, RunnerError> {
+        if self.format == ExpertFormat::Fp4 {
+            for w in [&mut self.w1, &mut self.w3, &mut self.w2] {
+                ctx.launch_fp4_to_device_layout(&ctx.stream, w)?;
+            }
+        }
+        Ok(self)
+    }
+
     /// Bytes one bank occupies for `cfg`.
     pub fn bytes_for(cfg: &ModelConfig) -> usize {
         let (e, d, i) = (

@@ -7,6 +7,7 @@ pub mod attn_launch;
 pub mod attn_params;
 pub mod bf16_expert;
 pub mod fp4_expert;
+pub mod fp4_layout;
 pub mod gemv;
 pub mod gemv_ring;
 pub mod mhc;

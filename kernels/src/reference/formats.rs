@@ -64,3 +64,106 @@ pub fn bf16_to_f32(v: bf16) -> f32 {
 pub fn f32_to_bf16(v: f32) -> bf16 {
     bf16::from_f32(v)
 }
+
+/// Rotation that brings bit `bit` (0 mantissa, 1-2 exponent, 3 sign) of a weight of pair `pair` into place
+/// (the device layout of FP4 expert weights; cuda/common.cuh `fp4_layout_rot`).
+fn fp4_layout_rot(pair: usize, bit: usize) -> usize {
+    match (pair, bit) {
+        (0, _) => 0,
+        (1, _) => 6,
+        (2, _) => 10,
+        (_, 2) => 4,
+        _ => 12,
+    }
+}
+
+/// Where the device layout keeps bit `bit` of nibble `nibble` of a 32-bit word (cuda `fp4_layout_dst`).
+fn fp4_layout_dst(nibble: usize, bit: usize) -> usize {
+    let target = if bit == 3 { 15 } else { 6 + bit } + 16 * (nibble >> 2);
+    (target + 32 - fp4_layout_rot(nibble & 3, bit)) & 31
+}
+
+/// One 32-bit word of FP4 weights (nibble i = K offset i) in the device layout (cuda/fp4_layout.cu).
+pub fn fp4_device_word(w: u32) -> u32 {
+    let mut out = 0u32;
+    for nibble in 0..8 {
+        for bit in 0..4 {
+            out |= ((w >> (4 * nibble + bit)) & 1) << fp4_layout_dst(nibble, bit);
+        }
+    }
+    out
+}
+
+/// FP4 weight bytes (whole 32-bit words, little-endian) rewritten into the device layout, in place.
+pub fn fp4_device_layout(bytes: &mut [u8]) {
+    for c in bytes.chunks_exact_mut(4) {
+        let w = fp4_device_word(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The kernels' decode of a device-layout word (cuda `fp4_pairs`): pair I = bf16 bit patterns of
+/// value * 2^-126 of weights I (low half) and I + 4 (high half).
+pub fn fp4_device_pairs(w: u32) -> [u32; 4] {
+    const M: u32 = 0x81c0_81c0;
+    [
+        w & M,
+        w.rotate_left(6) & M,
+        w.rotate_left(10) & M,
+        (w.rotate_left(12) & 0x80c0_80c0) | (w.rotate_left(4) & 0x0100_0100),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// bf16 bits of e2m1(n) * 2^-126 (what a decoded pair half must be).
+    fn raw_bits(n: u32) -> u32 {
+        ((n >> 3) & 1) << 15 | ((n >> 2) & 1) << 8 | ((n >> 1) & 1) << 7 | (n & 1) << 6
+    }
+
+    #[test]
+    fn fp4_device_layout_is_a_bit_permutation() {
+        let mut seen = 0u32;
+        for nibble in 0..8 {
+            for bit in 0..4 {
+                seen |= 1 << fp4_layout_dst(nibble, bit);
+            }
+        }
+        assert_eq!(seen, u32::MAX);
+    }
+
+    #[test]
+    fn fp4_device_pairs_decode_every_weight() {
+        // Every code in every nibble position (the other nibbles varying), plus pseudo-random words.
+        let mut words: Vec<u32> = (0..8)
+            .flat_map(|i| {
+                (0..16u32).map(move |c| {
+                    (c << (4 * i)) | (0x9e37_79b9u32.rotate_left(i) & !(15 << (4 * i)))
+                })
+            })
+            .collect();
+        let mut s = 0x1234_5678u32;
+        for _ in 0..4096 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            words.push(s);
+        }
+        for w in words {
+            let pairs = fp4_device_pairs(fp4_device_word(w));
+            for (i, p) in pairs.iter().enumerate() {
+                let (lo, hi) = ((w >> (4 * i)) & 15, (w >> (4 * (i + 4))) & 15);
+                assert_eq!(
+                    *p,
+                    raw_bits(lo) | raw_bits(hi) << 16,
+                    "word {w:#010x} pair {i}"
+                );
+                // And the pattern is the weight's value: bf16 bits * 2^126.
+                let v = f32::from_bits(raw_bits(lo) << 16) * 2f32.powi(126);
+                assert_eq!(v, e2m1_to_f32(lo as u8), "word {w:#010x} nibble {i}");
+            }
+        }
+    }
+}

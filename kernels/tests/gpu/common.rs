@@ -62,6 +62,14 @@ pub fn upload<T: dsv4_kernels::cudarc::driver::DeviceRepr>(
     g.stream.clone_htod(v).expect("upload")
 }
 
+/// FP4 expert weights (checkpoint nibble order) uploaded and put into the device layout the kernels read.
+pub fn upload_fp4(g: &GpuContext, w: &[u8]) -> CudaSlice<u8> {
+    let mut d = upload(g, w);
+    g.launch_fp4_to_device_layout(&g.stream, &mut d)
+        .expect("fp4 device layout");
+    d
+}
+
 pub fn download<T: dsv4_kernels::cudarc::driver::DeviceRepr + Default + Clone>(
     g: &GpuContext,
     d: &CudaSlice<T>,

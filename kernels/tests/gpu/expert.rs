@@ -81,7 +81,7 @@ fn run_case(
     let (dids, dx, dw, ds) = (
         upload(g, &ids),
         upload(g, &x),
-        upload(g, &w),
+        upload_fp4(g, &w),
         upload(g, &sc),
     );
     let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
@@ -226,7 +226,7 @@ fn fp4_expert_pair_matches_single_launches() {
         let ids = rand_ids(&mut r, b, topk, experts);
         let x = upload(&g, &rand_bf16(&mut r, b * k));
         let w: Vec<_> = (0..2)
-            .map(|_| upload(&g, &rand_bytes(&mut r, experts * n * k / 2)))
+            .map(|_| upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2)))
             .collect();
         let sc: Vec<_> = (0..2)
             .map(|_| upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128)))
@@ -278,7 +278,7 @@ fn fp4_expert_token_bits_do_not_depend_on_its_group() {
     let (n, k, experts, b) = (72, 512, 2, 11);
     let mut r = rng(800);
     let rows = rand_bf16(&mut r, b * k);
-    let w = upload(&g, &rand_bytes(&mut r, experts * n * k / 2));
+    let w = upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2));
     let sc = upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128));
     let run = |x: &[bf16], t: Fp4Tune| {
         let b = x.len() / k;
@@ -302,4 +302,22 @@ fn fp4_expert_token_bits_do_not_depend_on_its_group() {
             assert_same_bits(got, &alone, &format!("{t:?}: token {j} of {b} vs alone"));
         }
     }
+}
+
+/// The device-layout rewrite against its CPU twin, on a length that is no power of two; a length that is
+/// not whole words is refused.
+#[test]
+fn fp4_device_layout_matches_cpu() {
+    let Some(g) = gpu() else { return };
+    let mut r = rng(801);
+    let w = rand_bytes(&mut r, 4 * 300_007);
+    let mut want = w.clone();
+    reference::formats::fp4_device_layout(&mut want);
+    let got = download(&g, &upload_fp4(&g, &w));
+    assert!(
+        got == want,
+        "fp4_to_device_layout differs from the CPU twin"
+    );
+    let mut odd = upload(&g, &w[..4 * 5 + 2]);
+    assert!(g.launch_fp4_to_device_layout(&g.stream, &mut odd).is_err());
 }

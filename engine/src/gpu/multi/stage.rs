@@ -232,14 +232,18 @@ impl Staging for GpuStaging {
             for layer in layers {
                 if let Some(fill) = banks.remove(&(rank, layer)) {
                     let want = 6 * self.experts[rank].len();
+                    let tensor = format!("layers.{layer}.ffn.experts");
                     if fill.pieces != want {
-                        let tensor = format!("layers.{layer}.ffn.experts");
                         return Err(err(
                             &tensor,
                             format!("{} of {want} pieces read", fill.pieces),
                         ));
                     }
-                    store.banks.insert(layer, fill.bank);
+                    let bank = fill
+                        .bank
+                        .into_device_layout(&self.gpus[rank])
+                        .map_err(|e| err(&tensor, format!("GPU: {e}")))?;
+                    store.banks.insert(layer, bank);
                 }
             }
             out.push(store);
