@@ -110,9 +110,11 @@ __device__ __forceinline__ int fp4_layout_dst(int nibble, int bit) {
 __device__ __forceinline__ void fp4_pairs(u32 w, u32 (&p)[4]) {
     const u32 m = 0x81c081c0u;  // bits 15, 8, 7, 6 of both halves
     p[0] = w & m;
-    p[1] = __funnelshift_l(w, w, 6) & m;
+    // Pair 1 and pair 3's e1 bits never wrap around: plain shifts, which ptxas may issue as IMAD.SHL on the
+    // FMA pipe (the ALU pipe is this decode's bottleneck); pairs 2 and 3 need true rotations.
+    p[1] = (w << 6) & m;
     p[2] = __funnelshift_l(w, w, 10) & m;
-    p[3] = (__funnelshift_l(w, w, 12) & 0x80c080c0u) | (__funnelshift_l(w, w, 4) & 0x01000100u);
+    p[3] = (__funnelshift_l(w, w, 12) & 0x80c080c0u) | ((w << 4) & 0x01000100u);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

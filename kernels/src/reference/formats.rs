@@ -108,9 +108,9 @@ pub fn fp4_device_pairs(w: u32) -> [u32; 4] {
     const M: u32 = 0x81c0_81c0;
     [
         w & M,
-        w.rotate_left(6) & M,
+        (w << 6) & M,
         w.rotate_left(10) & M,
-        (w.rotate_left(12) & 0x80c0_80c0) | (w.rotate_left(4) & 0x0100_0100),
+        (w.rotate_left(12) & 0x80c0_80c0) | ((w << 4) & 0x0100_0100),
     ]
 }
 
