@@ -106,6 +106,14 @@ __device__ __forceinline__ int fp4_layout_dst(int nibble, int bit) {
     return (target - fp4_layout_rot(nibble & 3, bit)) & 31;
 }
 
+// FP4 expert scales on the device: when K % 128 == 0, one expert's UE8M0 bytes [N, K/32] are stored as 32-bit
+// words [K/128, N, 4] (the 4 scales of row n's 128-wide K chunk c at word c * N + n), so the words a warp
+// needs for one chunk of its consecutive rows are adjacent; otherwise the checkpoint's [N, K/32].
+// fp4_scale_at: byte index of (row n, 32-wide group gi) inside one expert's scales.
+__device__ __forceinline__ u64 fp4_scale_at(int n, int gi, int N, int K) {
+    return (K & 127) == 0 ? ((u64)(gi >> 2) * N + n) * 4 + (gi & 3) : (u64)n * (K >> 5) + gi;
+}
+
 // The 4 bf16x2 pairs (value * 2^-126) of a device-layout word: p[I] = weights I (low half) and I + 4.
 __device__ __forceinline__ void fp4_pairs(u32 w, u32 (&p)[4]) {
     const u32 m = 0x81c081c0u;  // bits 15, 8, 7, 6 of both halves

@@ -27,7 +27,7 @@
 //          layout's rotation and mask (fp4_pairs, common.cuh), then one packed bf16 multiply by 2^126 * S
 //          (exact: power of two). That decode is what bounds the kernel once the loads are in flight: the
 //          integer pipe runs at half rate.
-// Weights: Wq is in the device layout (fp4_layout.cu), not the checkpoint's nibble order.
+// Weights: Wq and S are in the device layouts (fp4_layout.cu), not the checkpoint's order.
 // Constraints: K % 32 == 0, scale exponent byte <= 128 (scale <= 2; real scales are far smaller), E <= 1024.
 //
 // Variants (H200, `kbench fp4`: w1 2048x4096 per token / w2 4096x2048 per slot, 256 experts, top-6, with
@@ -133,7 +133,8 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     const int row0 = (blockIdx.x * (FP4_WARPS / KW) + warp / KW) * (16 * MT);
     const int kb2 = K >> 1, ks = K >> 5, nch = (K + 127) >> 7;
     // SCA = (K % 128 == 0): no partial last chunk, and the 4 scale bytes of a chunk row are one aligned word
-    // that rides along in the ring; otherwise scales are plain byte loads.
+    // that rides along in the ring (the device scale layout puts a chunk's words of consecutive rows side by
+    // side: a warp's copy is one coalesced line); otherwise scales are plain byte loads.
     const bool sc_async = SCA, kfull = SCA;
 
     // Slot i holds row row0 + 8i + g (mt = i / 2, h = i % 2). Rows past N and lanes past K copy zero bytes
@@ -161,7 +162,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     // only after every lane has passed the barrier that follows its last read.
     const int srow = row0 + lane;
     const u32 sbytes = (lane < 16 * MT && srow < N) ? 4u : 0u;
-    const u32 sroff = sbytes ? (u32)srow * (u32)ks : 0u;
+    const u32 sroff = sbytes ? (u32)srow * 4u : 0u, sstride = 4u * (u32)N;  // device scale layout (SCA)
 
     // Queues chunk c into ring slot `sl` and scale slot `ssl` (shared addresses: this thread's entry +
     // constant strides).
@@ -176,7 +177,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
             cp_async16(ring_s + si * 16u, wbase + (roff[i] + coff), n16);
         }
         if (sc_async && lane < 16 * MT)
-            cp_async4(sring_s + (u32)ssl * (FP4_WARPS * 32 * 4), sbase + (sroff + (u32)c * 4u), sbytes);
+            cp_async4(sring_s + (u32)ssl * (FP4_WARPS * 32 * 4), sbase + (sroff + (u32)c * sstride), sbytes);
     };
 
     for (int c0 = 0; c0 < cnt; c0 += 8) {

@@ -1,9 +1,10 @@
-// fp4_to_device_layout: rewrites FP4 expert weights, in place, from the checkpoint layout (element 2m in the
-// low nibble of byte m) into the device layout that fp4_pairs (common.cuh) decodes. Run once per weight
-// buffer at load; every kernel that reads FP4 expert weights expects this layout.
-//
-// Math:    for each 32-bit word (little-endian bytes 4j .. 4j+3): bit b of nibble i moves to fp4_layout_dst(i, b).
-// Launch:  grid-stride, any grid; words = bytes / 4 (FP4 rows are K/2 bytes with K % 32 == 0, so whole words).
+// The device layouts of FP4 expert weights and scales (common.cuh: fp4_pairs, fp4_scale_at), made once per
+// buffer at load; every kernel that reads FP4 experts expects them.
+// fp4_to_device_layout: weights, in place, from the checkpoint layout (element 2m in the low nibble of byte m).
+//          For each 32-bit word (little-endian bytes 4j .. 4j+3): bit b of nibble i moves to fp4_layout_dst(i, b).
+//          Grid-stride, any grid; words = bytes / 4 (FP4 rows are K/2 bytes with K % 32 == 0: whole words).
+// fp4_scales_to_device_layout: scales, out of place, for K % 128 == 0: per expert, the [N, K/128] words
+//          (4 UE8M0 bytes each) transposed to [K/128, N]. Grid-stride over the destination words.
 #include "common.cuh"
 
 extern "C" __global__ void __launch_bounds__(256) fp4_to_device_layout(u32* __restrict__ w, u64 words) {
@@ -16,5 +17,16 @@ extern "C" __global__ void __launch_bounds__(256) fp4_to_device_layout(u32* __re
 #pragma unroll
             for (int b = 0; b < 4; ++b) out |= ((v >> (4 * n + b)) & 1u) << fp4_layout_dst(n, b);
         w[i] = out;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    fp4_scales_to_device_layout(const u32* __restrict__ src, u32* __restrict__ dst, int experts, int N, int chunks) {
+    pdl_wait();
+    const u64 per = (u64)N * chunks, total = per * experts;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+        const u64 e = i / per, r = i % per;  // r = c * N + n in the destination
+        const u64 c = r / N, n = r % N;
+        dst[i] = src[e * per + n * chunks + c];
     }
 }

@@ -18,6 +18,8 @@ pub struct Kernels {
     pub fp4_expert: [CudaFunction; 2],
     /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
     pub fp4_layout: CudaFunction,
+    /// fp4_scales_to_device_layout: their scales (ops::fp4_layout).
+    pub fp4_scales_layout: CudaFunction,
     /// bf16_expert: routed experts of BF16 checkpoints (ops::bf16_expert).
     pub bf16_expert: CudaFunction,
     pub moe_group: CudaFunction,
@@ -49,6 +51,7 @@ impl Kernels {
             gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
             fp4_expert,
             fp4_layout: get("fp4_to_device_layout")?,
+            fp4_scales_layout: get("fp4_scales_to_device_layout")?,
             bf16_expert: get("bf16_expert")?,
             moe_group: get("moe_group")?,
             rmsnorm: get("rmsnorm_bf16")?,

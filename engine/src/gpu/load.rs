@@ -92,7 +92,8 @@ fn expert_matrix(
 }
 
 fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBank, RunnerError> {
-    let format = ck.config().expert_format;
+    let cfg = ck.config();
+    let format = cfg.expert_format;
     let (w1, s1) = expert_matrix(ctx, ck, p, "w1", e, format)?;
     let (w3, s3) = expert_matrix(ctx, ck, p, "w3", e, format)?;
     let (w2, s2) = expert_matrix(ctx, ck, p, "w2", e, format)?;
@@ -105,7 +106,7 @@ fn bank(ctx: &GpuContext, ck: &Checkpoint, p: &str, e: usize) -> Result<ExpertBa
         s2,
         format,
     }
-    .into_device_layout(ctx)
+    .into_device_layout(ctx, e, cfg.hidden_size, cfg.moe_intermediate_size)
 }
 
 fn moe(ctx: &GpuContext, ck: &Checkpoint, layer: usize, p: &str) -> Result<MoeDev, RunnerError> {

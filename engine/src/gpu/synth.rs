@@ -87,7 +87,7 @@ impl Gen<'_> {
             s2: self.buf(e * d * i / 32, Fill::Byte(b_mid))?,
             format: ExpertFormat::Fp4,
         }
-        .into_device_layout(self.ctx)
+        .into_device_layout(self.ctx, e, d, i)
     }
 
     pub(crate) fn moe(

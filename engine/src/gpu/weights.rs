@@ -44,14 +44,26 @@ pub struct ExpertBank {
 }
 
 impl ExpertBank {
-    /// Rewrites freshly uploaded FP4 weights (checkpoint nibble order) into the device layout the expert
-    /// kernels decode; BF16 banks are returned as they are. Call exactly once per bank.
-    pub fn into_device_layout(mut self, ctx: &GpuContext) -> Result<Self, RunnerError> {
-        if self.format == ExpertFormat::Fp4 {
-            for w in [&mut self.w1, &mut self.w3, &mut self.w2] {
-                ctx.launch_fp4_to_device_layout(&ctx.stream, w)?;
-            }
+    /// Rewrites freshly uploaded FP4 weights and scales (checkpoint order) into the device layouts the expert
+    /// kernels read (`cuda/fp4_layout.cu`); BF16 banks are returned as they are. Call exactly once per bank.
+    /// `experts` in the bank, `hidden` = w1/w3's K = w2's N, `inter` = w1/w3's N = w2's K.
+    pub fn into_device_layout(
+        mut self,
+        ctx: &GpuContext,
+        experts: usize,
+        hidden: usize,
+        inter: usize,
+    ) -> Result<Self, RunnerError> {
+        if self.format != ExpertFormat::Fp4 {
+            return Ok(self);
         }
+        let s = &ctx.stream;
+        for w in [&mut self.w1, &mut self.w3, &mut self.w2] {
+            ctx.launch_fp4_to_device_layout(s, w)?;
+        }
+        self.s1 = ctx.fp4_scales_to_device_layout(s, &self.s1, experts, inter, hidden)?;
+        self.s3 = ctx.fp4_scales_to_device_layout(s, &self.s3, experts, inter, hidden)?;
+        self.s2 = ctx.fp4_scales_to_device_layout(s, &self.s2, experts, hidden, inter)?;
         Ok(self)
     }
 

@@ -102,6 +102,27 @@ pub fn fp4_device_layout(bytes: &mut [u8]) {
     }
 }
 
+/// FP4 expert scales (u8 UE8M0 [experts, n, k/32], checkpoint order) in the device layout (cuda
+/// `fp4_scale_at`): for k % 128 == 0 each expert's [n, k/128] 4-byte words become [k/128, n]; otherwise as they are.
+pub fn fp4_scales_device_layout(src: &[u8], experts: usize, n: usize, k: usize) -> Vec<u8> {
+    let per = n * (k / 32);
+    if !k.is_multiple_of(128) {
+        return src[..experts * per].to_vec();
+    }
+    let chunks = k / 128;
+    let mut out = vec![0u8; experts * per];
+    for e in 0..experts {
+        for row in 0..n {
+            for c in 0..chunks {
+                let from = e * per + (row * chunks + c) * 4;
+                let to = e * per + (c * n + row) * 4;
+                out[to..to + 4].copy_from_slice(&src[from..from + 4]);
+            }
+        }
+    }
+    out
+}
+
 /// The kernels' decode of a device-layout word (cuda `fp4_pairs`): pair I = bf16 bit patterns of
 /// value * 2^-126 of weights I (low half) and I + 4 (high half).
 pub fn fp4_device_pairs(w: u32) -> [u32; 4] {
@@ -165,5 +186,34 @@ mod tests {
                 assert_eq!(v, e2m1_to_f32(lo as u8), "word {w:#010x} nibble {i}");
             }
         }
+    }
+
+    #[test]
+    fn fp4_scales_device_layout_transposes_words_per_expert() {
+        // 2 experts x [3 rows, 256 cols]: 2 words per row; byte = 100 * expert + 10 * row + 4 * chunk + j.
+        let (experts, n, k) = (2, 3, 256);
+        let src: Vec<u8> = (0..experts)
+            .flat_map(|e| {
+                (0..n).flat_map(move |r| {
+                    (0..8).map(move |b| (100 * e + 10 * r + 4 * (b / 4) + b % 4) as u8)
+                })
+            })
+            .collect();
+        let got = fp4_scales_device_layout(&src, experts, n, k);
+        for e in 0..experts {
+            for c in 0..2 {
+                for r in 0..n {
+                    for j in 0..4 {
+                        let at = e * n * 8 + (c * n + r) * 4 + j;
+                        assert_eq!(got[at] as usize, 100 * e + 10 * r + 4 * c + j);
+                    }
+                }
+            }
+        }
+        // K % 128 != 0: the checkpoint order is the device layout.
+        assert_eq!(
+            fp4_scales_device_layout(&src[..18], 1, 3, 192),
+            src[..18].to_vec()
+        );
     }
 }

@@ -70,6 +70,18 @@ pub fn upload_fp4(g: &GpuContext, w: &[u8]) -> CudaSlice<u8> {
     d
 }
 
+/// FP4 expert scales (checkpoint order, `experts` matrices [n, k]) uploaded in the device layout.
+pub fn upload_fp4_scales(
+    g: &GpuContext,
+    sc: &[u8],
+    experts: usize,
+    n: usize,
+    k: usize,
+) -> CudaSlice<u8> {
+    g.fp4_scales_to_device_layout(&g.stream, &upload(g, sc), experts, n, k)
+        .expect("fp4 scale layout")
+}
+
 pub fn download<T: dsv4_kernels::cudarc::driver::DeviceRepr + Default + Clone>(
     g: &GpuContext,
     d: &CudaSlice<T>,

@@ -82,7 +82,7 @@ fn run_case(
         upload(g, &ids),
         upload(g, &x),
         upload_fp4(g, &w),
-        upload(g, &sc),
+        upload_fp4_scales(g, &sc, e, n, k),
     );
     let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
     g.launch_moe_group(&g.stream, &shape, &dids, &mut meta)
@@ -229,7 +229,10 @@ fn fp4_expert_pair_matches_single_launches() {
             .map(|_| upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2)))
             .collect();
         let sc: Vec<_> = (0..2)
-            .map(|_| upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128)))
+            .map(|_| {
+                let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
+                upload_fp4_scales(&g, &sc, experts, n, k)
+            })
             .collect();
         let dids = upload(&g, &ids);
         let mut meta: CudaSlice<i32> = upload(&g, &vec![0i32; moe_group_meta_len(s)]);
@@ -279,7 +282,8 @@ fn fp4_expert_token_bits_do_not_depend_on_its_group() {
     let mut r = rng(800);
     let rows = rand_bf16(&mut r, b * k);
     let w = upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2));
-    let sc = upload(&g, &rand_exponents(&mut r, experts * n * k / 32, 100, 128));
+    let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
+    let sc = upload_fp4_scales(&g, &sc, experts, n, k);
     let run = |x: &[bf16], t: Fp4Tune| {
         let b = x.len() / k;
         let shape = expert_shape((b, 1, experts, n, k, false));
@@ -320,4 +324,11 @@ fn fp4_device_layout_matches_cpu() {
     );
     let mut odd = upload(&g, &w[..4 * 5 + 2]);
     assert!(g.launch_fp4_to_device_layout(&g.stream, &mut odd).is_err());
+    // Scales: transposed words for K % 128 == 0 (awkward N), unchanged otherwise.
+    for (experts, n, k) in [(3, 37, 384), (2, 19, 96), (1, 8, 4096)] {
+        let sc = rand_bytes(&mut r, experts * n * k / 32);
+        let want = reference::formats::fp4_scales_device_layout(&sc, experts, n, k);
+        let got = download(&g, &upload_fp4_scales(&g, &sc, experts, n, k));
+        assert!(got == want, "scale layout {experts} x [{n}, {k}]");
+    }
 }

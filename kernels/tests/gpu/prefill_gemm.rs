@@ -209,7 +209,7 @@ fn expert_case(
             let w = rand_bytes(&mut r, experts * n * k / 2);
             let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
             let want = reference::fp4_expert(&x, &w, &sc, &ids, topk, experts, n, k, per_slot);
-            let (dw, ds) = (upload_fp4(g, &w), upload(g, &sc));
+            let (dw, ds) = (upload_fp4(g, &w), upload_fp4_scales(g, &sc, experts, n, k));
             let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; s * n]);
             p.x[gi] = dp(g, &dx);
             p.w[gi] = dp(g, &dw);

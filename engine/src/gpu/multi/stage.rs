@@ -39,10 +39,11 @@ pub struct RankStore {
 
 type Key = (usize, usize, usize);
 
-/// A bank being filled, and how many of its expert pieces arrived.
+/// A bank being filled, how many of its expert pieces arrived, and its (hidden, inter) dims.
 struct BankFill {
     bank: ExpertBank,
     pieces: usize,
+    dims: (usize, usize),
 }
 
 pub struct GpuStaging {
@@ -130,7 +131,18 @@ impl GpuStaging {
                     s2: alloc(1)?,
                     format: ExpertFormat::Fp4,
                 };
-                v.insert(BankFill { bank, pieces: 0 })
+                // w1/w3 are [inter, hidden], w2 [hidden, inter].
+                let (rows, cols) = as_matrix(&share.tensor.shape);
+                let dims = if name.ends_with(".w2.weight") {
+                    (rows, cols)
+                } else {
+                    (cols, rows)
+                };
+                v.insert(BankFill {
+                    bank,
+                    pieces: 0,
+                    dims,
+                })
             }
         };
         let which = name.rsplit('.').nth(1).unwrap_or("");
@@ -241,7 +253,12 @@ impl Staging for GpuStaging {
                     }
                     let bank = fill
                         .bank
-                        .into_device_layout(&self.gpus[rank])
+                        .into_device_layout(
+                            &self.gpus[rank],
+                            self.experts[rank].len(),
+                            fill.dims.0,
+                            fill.dims.1,
+                        )
                         .map_err(|e| err(&tensor, format!("GPU: {e}")))?;
                     store.banks.insert(layer, bank);
                 }
