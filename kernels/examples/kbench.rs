@@ -106,6 +106,7 @@ fn bench_model_gemv(
     (name, wt, k, ns): (&str, GemvWeights, usize, &[usize]),
     batches: &[usize],
     copy: f64,
+    sweep: bool,
 ) -> R<()> {
     let esz = if wt == GemvWeights::Fp8 { 1 } else { 2 };
     let wbytes: usize = ns.iter().map(|n| n * k * esz).sum();
@@ -132,14 +133,24 @@ fn bench_model_gemv(
             .iter()
             .map(|n| filled(g, b * n, 0f32))
             .collect::<R<_>>()?;
-        let smax = gemv_splits_max(sms, tiles, k, wt);
+        let path = GemvPath::for_rows(b);
+        let plan = gemv_splits(sms, tiles, k, wt, path);
+        // The planned split first, then the neighbours (`kbench gemv-sweep`), on a scratch sized for the largest.
+        let ksteps = (k * if wt == GemvWeights::Fp8 { 1 } else { 2 }).div_ceil(128);
+        let mut cands = vec![plan];
+        if sweep {
+            for c in [1, plan / 2, plan * 2, plan * 4] {
+                if c >= 1 && c <= ksteps && !cands.contains(&c) {
+                    cands.push(c);
+                }
+            }
+        }
+        let smax = gemv_splits_max(sms, tiles, k, wt).max(*cands.iter().max().unwrap_or(&1));
         let (wl, cl) = (
             gemv_ws_len(ns.len(), smax, b, nmax),
             gemv_cnt_len(ns.len(), nmax),
         );
         let mut scr = GemvScratch::new(&g.stream, wl, cl)?;
-        let path = GemvPath::for_rows(b);
-        let splits = gemv_splits(sms, tiles, k, wt, path);
         let mut p = GemvParams {
             b: b as i32,
             k: k as i32,
@@ -154,26 +165,28 @@ fn bench_model_gemv(
             p.s[i] = ptr_of_ro(&sc[i], g);
             p.out[i] = ptr_of(&mut ys[i], g);
         }
-        let ms =
-            time_ms(g, 20, |it| {
+        for splits in cands {
+            let ms = time_ms(g, 20, |it| {
                 let mut q = p;
                 for (i, w) in ws[it % copies].iter().enumerate() {
                     q.w[i] = ptr_of_ro(w, g);
                 }
-                // SAFETY: every buffer above holds the sizes the params name; the scratch is sized by the
-                // same split rule for both families.
+                // SAFETY: every buffer above holds the sizes the params name; the scratch is sized for the
+                // largest split timed.
                 Ok(unsafe {
                     g.launch_gemv_grouped(&g.stream, wt, ns.len(), splits, path, &q, wl, cl)
                 }?)
             })?;
-        let bytes = (wbytes + 2 * b * k + 4 * b * ns.iter().sum::<usize>()) as f64;
-        let gbs = bytes / ms / 1e6;
-        println!(
-            "| gemv {name:<12} | {nmax}x{k} x{} | {b:>2} | {splits:>3} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
-            ns.len(),
-            ms * 1e3,
-            100.0 * gbs / copy
-        );
+            let bytes = (wbytes + 2 * b * k + 4 * b * ns.iter().sum::<usize>()) as f64;
+            let gbs = bytes / ms / 1e6;
+            let mark = if splits == plan { "" } else { " (sweep)" };
+            println!(
+                "| gemv {name:<12} | {nmax}x{k} x{} | {b:>2} | {splits:>3}{mark} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+                ns.len(),
+                ms * 1e3,
+                100.0 * gbs / copy
+            );
+        }
     }
     Ok(())
 }
@@ -318,18 +331,24 @@ fn main() -> R<()> {
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
     // `kbench fp4 [B,B..]`: the routed-expert kernel only (at the listed batches; default 1, 8, 64).
-    // `kbench gemv [B,B..]`: the model's grouped GEMV launches only (default batches 1, 8, 16).
+    // `kbench gemv [B,B..]`: the model's grouped GEMV launches only (default batches 1, 8, 16); `gemv-sweep`
+    // also times 1, half, twice and four times the planned K splits.
     let mode = std::env::args().nth(1).unwrap_or_default();
     let only_fp4 = mode == "fp4";
     let batches: Vec<usize> = match std::env::args().nth(2) {
         Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
-        None if mode == "gemv" => vec![1, 8, 16],
+        None if mode.starts_with("gemv") => vec![1, 8, 16],
         None => vec![1, 8, 64],
     };
-    if mode == "gemv" {
+    if mode.starts_with("gemv") {
+        let k = &g.kernels.gemv;
+        println!(
+            "gemv.cu resident blocks per SM planned: fp8 {:?} bf16 {:?}",
+            k.fp8_occupancy, k.bf16_occupancy
+        );
         println!("| kernel | N x K x groups | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|");
         for m in MODEL_GEMVS {
-            bench_model_gemv(&g, m, &batches, copy)?;
+            bench_model_gemv(&g, m, &batches, copy, mode == "gemv-sweep")?;
         }
         return Ok(());
     }
