@@ -12,6 +12,14 @@
 //          of each row round-robin (step = split*8 + warp, stride 8*splits): 128 FP8 or 64 bf16 values, so
 //          both formats load the same bytes the same way: per step a thread issues 8 x 16 B (2 halves x 4
 //          rows) before using any. The warps reduce through shared memory in a fixed order.
+// Occupancy: at batch 1-16 the kernel is latency-bound (ncu: DRAM 19%, no eligible warp 71% of cycles) and
+//          its rate follows the bytes an SM has in flight, i.e. resident blocks x 32 KB (one K step per warp).
+//          So 1-8 rows are bounded to 64 registers (4 blocks per SM; FP8 took 79 = 3 blocks, with the same
+//          arithmetic: only address and register allocation changed): wo_a (8 x 1024 x 4096) 16.9 -> 14.8 us.
+//          Measured and not kept (kernels/BENCH_NOTES.md, gemvpf): persistent blocks streaming several row tiles
+//          with the next K step's loads issued before the current one is computed (128 registers = 2 blocks
+//          per SM: 64 KB in flight instead of 96 KB, 5-50% slower), and a one-barrier block reduction (same
+//          bits, no measurable change).
 // Compute: mma.sync m16n8k16 bf16 (sm_80+: runs on sm_90 and sm_120). FP8: an e4m3 byte becomes a bf16 by
 //          moving its bits (value * 2^-120), then one packed bf16 multiply by 2^120 * S (exact: power of two)
 //          applies the block scale; K is permuted inside each 16-byte chunk (pairs (b0,b2), (b1,b3)) and x gets
@@ -41,7 +49,6 @@ struct GemvParams {
     u32* cnt;   // [groups, ceil(nmax/32)] zeros when split
     int n[GEMV_GROUPS];
     int B, K, nmax, out_bf16;
-    int groups, splits, units;  // gemv.cu: set by the launcher (units = sum of row tiles x splits)
 };
 
 // 4 e4m3 bytes (b0..b3) -> bf16x2 raw bit patterns, value * 2^-120: lo = (b0, b2), hi = (b1, b3).
@@ -76,35 +83,9 @@ __device__ __forceinline__ void fp8_frag(u32 (&a)[4], const uint4& w0, const uin
     a[3] = bf16x2_mul(hi1, f);
 }
 
-// One unit of work: a 32-row tile of one group and one K split. A warp's items in it are the K steps
-// kb = split * 8 + warp, + 8 * splits, ... below ksteps.
-struct GemvTile {
-    const u8* w;  // row row0 + g of the group's weights (rows past n are not read)
-    const u8* s;  // FP8: the tile's scale row (row0 / 128)
-    int grp, tile, split, rows;  // rows: valid rows of the tile after row0 + g (<= 0: none)
-};
-
-// Unit u (unit order: (group, tile) in launch order, split fastest, so a tile's splits run side by side).
-__device__ __forceinline__ GemvTile gemv_tile(const GemvParams& p, int u, int g, int row_bytes) {
-    GemvTile r;
-    r.split = u % p.splits;
-    int t = u / p.splits, grp = 0;
-    for (; grp < p.groups - 1; ++grp) {
-        const int tiles = (p.n[grp] + 31) >> 5;
-        if (t < tiles) break;
-        t -= tiles;
-    }
-    r.grp = grp;
-    r.tile = t;
-    r.rows = p.n[grp] - t * 32 - g;
-    r.w = (const u8*)p.w[grp] + ((u64)t * 32 + g) * row_bytes;
-    r.s = p.s[grp] + (u64)(t >> 2) * ((p.K + 127) >> 7);
-    return r;
-}
-
 // The 8 weight loads of one 128-byte K step: wv[c][mt][h] = row (mt, h) bytes [128 kb + 64 c + 16 t, +16).
-__device__ __forceinline__ void gemv_load_step(uint4 (&wv)[2][GEMV_MT][2], const GemvTile& tl, int kb, int t,
-                                               int row_bytes) {
+__device__ __forceinline__ void gemv_load_step(uint4 (&wv)[2][GEMV_MT][2], const u8* const (&wr)[GEMV_MT][2],
+                                               const bool (&rv)[GEMV_MT][2], int kb, int t, int row_bytes) {
     const uint4 zero = make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -112,10 +93,8 @@ __device__ __forceinline__ void gemv_load_step(uint4 (&wv)[2][GEMV_MT][2], const
 #pragma unroll
         for (int mt = 0; mt < GEMV_MT; ++mt)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = mt * 16 + h * 8;
-                wv[c][mt][h] = (off < row_bytes && r < tl.rows) ? ldg_stream(tl.w + (u64)r * row_bytes + off) : zero;
-            }
+            for (int h = 0; h < 2; ++h)
+                wv[c][mt][h] = (off < row_bytes && rv[mt][h]) ? ldg_stream(wr[mt][h] + off) : zero;
     }
 }
 
@@ -181,59 +160,72 @@ __device__ __forceinline__ void gemv_bf16_step(float* acc, const uint4 (&wv)[2][
     }
 }
 
-// Called by every thread after this block's partials of tile `tl` are stored: the last block of the tile to
-// arrive reduces (the others go on with their next unit).
-__device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, const GemvTile& tl, int N, const float* ws) {
+// Called by every thread after this block's partials are stored: the last block of the row tile reduces.
+__device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, int g, int N, const float* ws) {
     __shared__ int last;
     const int tiles = (p.nmax + 31) >> 5;
     __threadfence();  // this block's partials are visible before its arrival is counted
     __syncthreads();
     if (threadIdx.x == 0) {
-        u32* c = p.cnt + (u64)tl.grp * tiles + tl.tile;
-        last = atomicAdd(c, 1u) == (u32)p.splits - 1u;
+        u32* c = p.cnt + (u64)g * tiles + blockIdx.x;
+        last = atomicAdd(c, 1u) == gridDim.y - 1u;
         if (last) atomicExch(c, 0u);
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    const int row0 = tl.tile * 32;
+    const int row0 = blockIdx.x * 32;
     for (int i = threadIdx.x; i < 32 * p.B; i += blockDim.x) {
         const int row = row0 + (i & 31), b = i >> 5;
         if (row >= N) continue;
         float v = 0.f;
-        for (int sp = 0; sp < p.splits; ++sp) v += __ldcg(ws + ((u64)sp * p.B + b) * N + row);
-        store_out(p.out[tl.grp], (u64)b * N + row, v, p.out_bf16);
+        for (int sp = 0; sp < (int)gridDim.y; ++sp) v += __ldcg(ws + ((u64)sp * p.B + b) * N + row);
+        store_out(p.out[g], (u64)b * N + row, v, p.out_bf16);
     }
 }
 
-// A warp's next item: (unit, tile, kb), its loads issued one item ahead of the compute.
-struct GemvNext {
-    GemvTile tl;
-    int u, kb;
-};
-
-// Moves `nx` to the warp's next item after kb: the next K step of the unit, else the first step of the block's
-// next unit that has one for this warp (nx.u >= units: none left).
-__device__ __forceinline__ void gemv_advance(const GemvParams& p, GemvNext& nx, int g, int warp, int row_bytes,
-                                             int ksteps) {
-    nx.kb += 8 * p.splits;
-    while (nx.kb >= ksteps && nx.u < p.units) {
-        nx.u += gridDim.x;
-        if (nx.u < p.units) {
-            nx.tl = gemv_tile(p, nx.u, g, row_bytes);
-            nx.kb = nx.tl.split * GEMV_WARPS + warp;
+template <int NT, bool FP8>
+__device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
+    __shared__ float red[4 * GEMV_MT * NT * 4 * 32];
+    pdl_trigger();
+    const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 32;
+    const bool active = row0 < N;  // block-uniform: this group may have fewer row tiles than the largest
+    const int row_bytes = FP8 ? K : 2 * K;
+    const int ksteps = (row_bytes + 127) >> 7;
+    const u8* w = (const u8*)p.w[grp];
+    const u8* wr[GEMV_MT][2];
+    bool rv[GEMV_MT][2];
+#pragma unroll
+    for (int mt = 0; mt < GEMV_MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = row0 + mt * 16 + h * 8 + g;
+            rv[mt][h] = active && r < N;
+            wr[mt][h] = w + (u64)(r < N ? r : 0) * row_bytes;
         }
+    float acc[GEMV_MT * NT * 4];
+#pragma unroll
+    for (int i = 0; i < GEMV_MT * NT * 4; ++i) acc[i] = 0.f;
+    const int kb0 = blockIdx.y * GEMV_WARPS + warp, kstride = gridDim.y * GEMV_WARPS;
+    uint4 wv[2][GEMV_MT][2];
+    if (active && kb0 < ksteps) gemv_load_step(wv, wr, rv, kb0, t, row_bytes);  // weights: before the wait
+    pdl_wait();
+    if (!active) return;
+    const u16* x = p.x[grp];
+    const u8* srow = FP8 ? p.s[grp] + (u64)(row0 >> 7) * ((K + 127) >> 7) : nullptr;
+    for (int kb = kb0; kb < ksteps; kb += kstride) {
+        if (kb != kb0) gemv_load_step(wv, wr, rv, kb, t, row_bytes);
+        if (FP8)
+            gemv_fp8_step<NT>(acc, wv, srow[kb], x, kb, g, t, B, K);
+        else
+            gemv_bf16_step<NT>(acc, wv, x, kb, g, t, B, K);
     }
-}
-
-// Block reduction of one unit and its output: y directly, or this split's partials (+ the split-K finish).
-template <int NT>
-__device__ __forceinline__ void gemv_unit_out(const GemvParams& p, const GemvTile& tl, float* acc, float* red,
-                                              int g, int t) {
     block_reduce_8warps<GEMV_MT * NT * 4>(acc, red);
-    const int N = p.n[tl.grp], B = p.B, row0 = tl.tile * 32;
-    float* ws = p.splits > 1 ? p.ws + (u64)tl.grp * p.splits * B * p.nmax : nullptr;
-    if (threadIdx.x < 32) {
+    float* ws = gridDim.y > 1 ? p.ws + (u64)grp * gridDim.y * B * p.nmax : nullptr;
+    if (warp == 0) {
 #pragma unroll
         for (int mt = 0; mt < GEMV_MT; ++mt)
 #pragma unroll
@@ -244,72 +236,25 @@ __device__ __forceinline__ void gemv_unit_out(const GemvParams& p, const GemvTil
                     const int b = j * 8 + 2 * t + (i & 1);
                     if (row >= N || b >= B) continue;
                     const float v = acc[(mt * NT + j) * 4 + i];
-                    if (p.splits == 1) store_out(p.out[tl.grp], (u64)b * N + row, v, p.out_bf16);
-                    else ws[((u64)tl.split * B + b) * N + row] = v;
+                    if (gridDim.y == 1) store_out(p.out[grp], (u64)b * N + row, v, p.out_bf16);
+                    else ws[((u64)blockIdx.y * B + b) * N + row] = v;
                 }
     }
-    if (p.splits > 1) gemv_splitk_finish(p, tl, N, ws);
+    if (gridDim.y > 1) gemv_splitk_finish(p, grp, N, ws);
 }
 
-// Persistent blocks: block i takes units i, i + gridDim.x, ...; each warp streams its items across unit
-// boundaries with the next item's weights loaded before the current one is computed.
-template <int NT, bool FP8>
-__device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
-    __shared__ float red[4 * GEMV_MT * NT * 4 * 32];
-    pdl_trigger();
-    const int B = p.B, K = p.K;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int row_bytes = FP8 ? K : 2 * K;
-    const int ksteps = (row_bytes + 127) >> 7;
-    GemvNext nx;
-    nx.u = blockIdx.x;
-    nx.tl = gemv_tile(p, nx.u, g, row_bytes);
-    nx.kb = nx.tl.split * GEMV_WARPS + warp - 8 * p.splits;
-    gemv_advance(p, nx, g, warp, row_bytes, ksteps);
-    uint4 nwv[2][GEMV_MT][2];
-    u32 ne = 0;
-    if (nx.u < p.units) {
-        gemv_load_step(nwv, nx.tl, nx.kb, t, row_bytes);  // weights: before the wait
-        if (FP8) ne = nx.tl.s[nx.kb];
-    }
-    pdl_wait();
-    for (int u = blockIdx.x; u < p.units; u += gridDim.x) {
-        const GemvTile tl = gemv_tile(p, u, g, row_bytes);
-        const u16* x = p.x[tl.grp];
-        float acc[GEMV_MT * NT * 4];
-#pragma unroll
-        for (int i = 0; i < GEMV_MT * NT * 4; ++i) acc[i] = 0.f;
-        while (nx.u == u) {
-            uint4 wv[2][GEMV_MT][2];
-#pragma unroll
-            for (int c = 0; c < 2; ++c)
-#pragma unroll
-                for (int mt = 0; mt < GEMV_MT; ++mt)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) wv[c][mt][h] = nwv[c][mt][h];
-            const int kb = nx.kb;
-            const u32 e = ne;
-            gemv_advance(p, nx, g, warp, row_bytes, ksteps);
-            if (nx.u < p.units) {
-                gemv_load_step(nwv, nx.tl, nx.kb, t, row_bytes);
-                if (FP8) ne = nx.tl.s[nx.kb];
-            }
-            if (FP8)
-                gemv_fp8_step<NT>(acc, wv, e, x, kb, g, t, B, K);
-            else
-                gemv_bf16_step<NT>(acc, wv, x, kb, g, t, B, K);
-        }
-        gemv_unit_out<NT>(p, tl, acc, red, g, t);
-    }
-}
-// Two resident blocks (<= 128 registers) for 1-16 rows: their loads of the next item are what is in flight.
-#define GEMV_MIN_BLOCKS(NT) ((NT) <= 2 ? 2 : 1)
+// Four resident blocks for 1-8 rows: every load of a block is issued at once, so resident blocks x 32 KB is what
+// an SM has in flight. Unbounded, the FP8 kernel takes 79 registers (3 blocks); ptxas fits it in 64 without spills.
+// 9-16 rows spill at 80 registers and keep their plain bound (an explicit minimum of 1 would change their SASS).
+#define GEMV_BOUNDS_1 __launch_bounds__(256, 4)
+#define GEMV_BOUNDS_2 __launch_bounds__(256)
+#define GEMV_BOUNDS_4 __launch_bounds__(256)
+#define GEMV_BOUNDS_8 __launch_bounds__(256)
 #define GEMV_KERNELS(NT)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(NT)) gemv_fp8_nt##NT(GemvParams p) {  \
+    extern "C" __global__ void GEMV_BOUNDS_##NT gemv_fp8_nt##NT(GemvParams p) {                         \
         gemv_grouped<NT, true>(p);                                                                         \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, GEMV_MIN_BLOCKS(NT)) gemv_bf16_nt##NT(GemvParams p) { \
+    extern "C" __global__ void GEMV_BOUNDS_##NT gemv_bf16_nt##NT(GemvParams p) {                        \
         gemv_grouped<NT, false>(p);                                                                        \
     }
 GEMV_KERNELS(1)

@@ -342,9 +342,14 @@ fn main() -> R<()> {
     };
     if mode.starts_with("gemv") {
         let k = &g.kernels.gemv;
+        let occ = |f: &dsv4_kernels::cudarc::driver::CudaFunction| {
+            f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)
+                .unwrap_or(0)
+        };
         println!(
-            "gemv.cu resident blocks per SM planned: fp8 {:?} bf16 {:?}",
-            k.fp8_occupancy, k.bf16_occupancy
+            "gemv.cu blocks of 256 per SM: fp8 {:?} bf16 {:?}",
+            k.fp8.iter().map(occ).collect::<Vec<_>>(),
+            k.bf16.iter().map(occ).collect::<Vec<_>>()
         );
         println!("| kernel | N x K x groups | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|");
         for m in MODEL_GEMVS {

@@ -167,10 +167,6 @@ pub struct GemvParams {
     pub k: i32,
     pub nmax: i32,
     pub out_bf16: i32,
-    /// Set by the launcher (gemv.cu's persistent blocks): groups, K splits, units = row tiles x splits.
-    pub groups: i32,
-    pub splits: i32,
-    pub units: i32,
 }
 
 // SAFETY: #[repr(C)] u64/i32 fields and arrays laid out as the C struct GemvParams in cuda/gemv.cu; no
@@ -183,44 +179,24 @@ pub struct GemvKernels {
     /// gemv_fp8_nt{1,2,4,8} / gemv_bf16_nt{1,2,4,8}: batch tiles of 8.
     pub fp8: [CudaFunction; 4],
     pub bf16: [CudaFunction; 4],
-    /// Resident blocks of 256 threads per SM of each (same order).
-    pub fp8_occupancy: [usize; 4],
-    pub bf16_occupancy: [usize; 4],
 }
 
 impl GemvKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let get = |name: &'static str| super::kernel(module, name);
-        let fp8 = [
-            get("gemv_fp8_nt1")?,
-            get("gemv_fp8_nt2")?,
-            get("gemv_fp8_nt4")?,
-            get("gemv_fp8_nt8")?,
-        ];
-        let bf16 = [
-            get("gemv_bf16_nt1")?,
-            get("gemv_bf16_nt2")?,
-            get("gemv_bf16_nt4")?,
-            get("gemv_bf16_nt8")?,
-        ];
-        // `DSV4_GEMV_RESIDENT` (blocks per SM the launches plan for) overrides the occupancy: a large value
-        // gives every unit its own block (no persistent blocks), for measurements.
-        let fixed: Option<usize> = std::env::var("DSV4_GEMV_RESIDENT")
-            .ok()
-            .and_then(|v| v.parse().ok());
-        let occ = |fs: &[CudaFunction; 4]| -> Result<[usize; 4]> {
-            let mut o = [1usize; 4];
-            for (o, f) in o.iter_mut().zip(fs) {
-                let r = f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)? as usize;
-                *o = fixed.unwrap_or(r).max(1);
-            }
-            Ok(o)
-        };
         Ok(GemvKernels {
-            fp8_occupancy: occ(&fp8)?,
-            bf16_occupancy: occ(&bf16)?,
-            fp8,
-            bf16,
+            fp8: [
+                get("gemv_fp8_nt1")?,
+                get("gemv_fp8_nt2")?,
+                get("gemv_fp8_nt4")?,
+                get("gemv_fp8_nt8")?,
+            ],
+            bf16: [
+                get("gemv_bf16_nt1")?,
+                get("gemv_bf16_nt2")?,
+                get("gemv_bf16_nt4")?,
+                get("gemv_bf16_nt8")?,
+            ],
         })
     }
 }
@@ -426,28 +402,21 @@ impl GpuContext {
             // SAFETY: caller's contract; shapes and splits checked above.
             return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.mt, p) };
         }
-        let kg = &self.kernels.gemv;
-        let (f, occ) = match wt {
-            GemvWeights::Fp8 => (&kg.fp8[nt_index(b)], kg.fp8_occupancy[nt_index(b)]),
-            GemvWeights::Bf16 => (&kg.bf16[nt_index(b)], kg.bf16_occupancy[nt_index(b)]),
-        };
-        let tiles: usize = p.n[..groups]
-            .iter()
-            .map(|&n| (n as usize).div_ceil(GEMV_ROW_TILE))
-            .sum();
-        let units = tiles * splits;
-        let blocks = persistent_blocks(units, self.info.sm_count as usize * occ);
-        let mut q = *p;
-        q.groups = groups as i32;
-        q.splits = i32::try_from(splits).map_err(|_| shape_err("splits exceed i32"))?;
-        q.units = i32::try_from(units).map_err(|_| shape_err("units exceed i32"))?;
         let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, blocks)?, 1, 1),
+            grid_dim: (
+                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
+                grid(NAME, splits)?,
+                grid(NAME, groups)?,
+            ),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
+        let f = match wt {
+            GemvWeights::Fp8 => &self.kernels.gemv.fp8[nt_index(b)],
+            GemvWeights::Bf16 => &self.kernels.gemv.bf16[nt_index(b)],
+        };
         let mut a = Args::new();
-        a.arg(&q);
+        a.arg(p);
         // SAFETY: caller's contract; shapes checked above.
         unsafe { self.launch_k(s, f, cfg, &mut a) }
     }
@@ -461,14 +430,6 @@ struct GemvLaunch {
     splits: usize,
     path: GemvPath,
     mt: usize,
-}
-
-/// Blocks of a gemv.cu launch of `units` units with `resident` blocks resident at once: every unit its own
-/// block when they fit in one wave, else as few waves as needed with the units spread evenly over the blocks
-/// (each block streams ceil(units / blocks) units, prefetching across them).
-pub(crate) fn persistent_blocks(units: usize, resident: usize) -> usize {
-    let waves = units.div_ceil(resident.max(1)).max(1);
-    units.div_ceil(waves).max(1)
 }
 
 fn shape_err(what: &str) -> KernelError {
