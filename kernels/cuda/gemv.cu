@@ -12,6 +12,14 @@
 //          of each row round-robin (step = split*8 + warp, stride 8*splits): 128 FP8 or 64 bf16 values, so
 //          both formats load the same bytes the same way: per step a thread issues 8 x 16 B (2 halves x 4
 //          rows) before using any. The warps reduce through shared memory in a fixed order.
+// Occupancy: at batch 1-16 the kernel is latency-bound (ncu: DRAM 19%, no eligible warp 71% of cycles) and
+//          its rate follows the bytes an SM has in flight, i.e. resident blocks x 32 KB (one K step per warp).
+//          So 1-8 rows are bounded to 64 registers (4 blocks per SM; FP8 took 79 = 3 blocks, with the same
+//          arithmetic: only address and register allocation changed): wo_a (8 x 1024 x 4096) 16.9 -> 14.8 us.
+//          Measured and not kept (kernels/BENCH_NOTES.md, gemvpf): persistent blocks streaming several row tiles
+//          with the next K step's loads issued before the current one is computed (128 registers = 2 blocks
+//          per SM: 64 KB in flight instead of 96 KB, 5-50% slower), and a one-barrier block reduction (same
+//          bits, no measurable change).
 // Compute: mma.sync m16n8k16 bf16 (sm_80+: runs on sm_90 and sm_120). FP8: an e4m3 byte becomes a bf16 by
 //          moving its bits (value * 2^-120), then one packed bf16 multiply by 2^120 * S (exact: power of two)
 //          applies the block scale; K is permuted inside each 16-byte chunk (pairs (b0,b2), (b1,b3)) and x gets
@@ -235,11 +243,18 @@ __device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
     if (gridDim.y > 1) gemv_splitk_finish(p, grp, N, ws);
 }
 
+// Four resident blocks for 1-8 rows: every load of a block is issued at once, so resident blocks x 32 KB is what
+// an SM has in flight. Unbounded, the FP8 kernel takes 79 registers (3 blocks); ptxas fits it in 64 without spills.
+// 9-16 rows spill at 80 registers and keep their plain bound (an explicit minimum of 1 would change their SASS).
+#define GEMV_BOUNDS_1 __launch_bounds__(256, 4)
+#define GEMV_BOUNDS_2 __launch_bounds__(256)
+#define GEMV_BOUNDS_4 __launch_bounds__(256)
+#define GEMV_BOUNDS_8 __launch_bounds__(256)
 #define GEMV_KERNELS(NT)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(256) gemv_fp8_nt##NT(GemvParams p) {                       \
+    extern "C" __global__ void GEMV_BOUNDS_##NT gemv_fp8_nt##NT(GemvParams p) {                         \
         gemv_grouped<NT, true>(p);                                                                         \
     }                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(256) gemv_bf16_nt##NT(GemvParams p) {                      \
+    extern "C" __global__ void GEMV_BOUNDS_##NT gemv_bf16_nt##NT(GemvParams p) {                        \
         gemv_grouped<NT, false>(p);                                                                        \
     }
 GEMV_KERNELS(1)

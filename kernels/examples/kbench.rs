@@ -4,8 +4,9 @@ use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
 use dsv4_kernels::{
-    bf16, moe_group_meta_len, ExpertShape, Fp4Tune, GemvOut, GemvScratch, GemvWeights, Gpu,
-    GpuContext,
+    bf16, gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, moe_group_meta_len, ExpertShape,
+    Fp4Tune, GemvOut, GemvParams, GemvPath, GemvScratch, GemvWeights, Gpu, GpuContext,
+    GEMV_ROW_TILE,
 };
 
 type R<T> = Result<T, Box<dyn Error>>;
@@ -83,6 +84,121 @@ fn bench_fp8(g: &GpuContext, name: &str, n: usize, k: usize, copy: f64) -> R<()>
         );
     }
     Ok(())
+}
+
+/// The model's grouped GEMV launches (name, format, K, rows of each group), as the decode step issues them.
+const MODEL_GEMVS: [(&str, GemvWeights, usize, &[usize]); 9] = [
+    ("wq_a+wkv", GemvWeights::Fp8, 4096, &[1024, 512]),
+    ("wq_b+iwq_b", GemvWeights::Fp8, 1024, &[32768, 8192]),
+    ("wo_a x8", GemvWeights::Fp8, 4096, &[1024; 8]),
+    ("wo_b", GemvWeights::Fp8, 8192, &[4096]),
+    ("sh w1+w3", GemvWeights::Fp8, 4096, &[2048, 2048]),
+    ("sh w2", GemvWeights::Fp8, 2048, &[4096]),
+    ("gate bf16", GemvWeights::Bf16, 4096, &[256]),
+    ("lin csa bf16", GemvWeights::Bf16, 4096, &[2624]),
+    ("lin hca bf16", GemvWeights::Bf16, 4096, &[1024]),
+];
+
+/// One grouped launch of the model (all groups of `ns` rows over `k`) at each batch, weights rotated out of
+/// L2, timed back to back between events (so the launch floor is included, as in the step's graph).
+fn bench_model_gemv(
+    g: &GpuContext,
+    (name, wt, k, ns): (&str, GemvWeights, usize, &[usize]),
+    batches: &[usize],
+    copy: f64,
+    sweep: bool,
+) -> R<()> {
+    let esz = if wt == GemvWeights::Fp8 { 1 } else { 2 };
+    let wbytes: usize = ns.iter().map(|n| n * k * esz).sum();
+    let copies = (256 << 20) / wbytes + 1;
+    // One buffer per group and copy: [copy][group].
+    let ws: Vec<Vec<CudaSlice<u8>>> = (0..copies)
+        .map(|c| {
+            ns.iter()
+                .enumerate()
+                .map(|(i, n)| noise(g, n * k * esz, (c * 8 + i) as u32 + 7, 0x37))
+                .collect::<R<_>>()
+        })
+        .collect::<R<_>>()?;
+    let sc: Vec<CudaSlice<u8>> = ns
+        .iter()
+        .map(|n| noise(g, n.div_ceil(128) * k.div_ceil(128), 3, 0x0f))
+        .collect::<R<_>>()?;
+    let sms = g.info.sm_count as usize;
+    let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
+    let nmax = ns.iter().copied().max().unwrap_or(1);
+    for &b in batches {
+        let x = filled(g, b * k, bf16::from_f32(0.5))?;
+        let mut ys: Vec<CudaSlice<f32>> = ns
+            .iter()
+            .map(|n| filled(g, b * n, 0f32))
+            .collect::<R<_>>()?;
+        let path = GemvPath::for_rows(b);
+        let plan = gemv_splits(sms, tiles, k, wt, path);
+        // The planned split first, then the neighbours (`kbench gemv-sweep`), on a scratch sized for the largest.
+        let ksteps = (k * if wt == GemvWeights::Fp8 { 1 } else { 2 }).div_ceil(128);
+        let mut cands = vec![plan];
+        if sweep {
+            for c in [1, plan / 2, plan * 2, plan * 4] {
+                if c >= 1 && c <= ksteps && !cands.contains(&c) {
+                    cands.push(c);
+                }
+            }
+        }
+        let smax = gemv_splits_max(sms, tiles, k, wt).max(*cands.iter().max().unwrap_or(&1));
+        let (wl, cl) = (
+            gemv_ws_len(ns.len(), smax, b, nmax),
+            gemv_cnt_len(ns.len(), nmax),
+        );
+        let mut scr = GemvScratch::new(&g.stream, wl, cl)?;
+        let mut p = GemvParams {
+            b: b as i32,
+            k: k as i32,
+            nmax: nmax as i32,
+            ..Default::default()
+        };
+        p.ws = ptr_of(&mut scr.ws, g);
+        p.cnt = ptr_of(&mut scr.cnt, g);
+        for (i, n) in ns.iter().enumerate() {
+            p.n[i] = *n as i32;
+            p.x[i] = ptr_of_ro(&x, g);
+            p.s[i] = ptr_of_ro(&sc[i], g);
+            p.out[i] = ptr_of(&mut ys[i], g);
+        }
+        for splits in cands {
+            let ms = time_ms(g, 20, |it| {
+                let mut q = p;
+                for (i, w) in ws[it % copies].iter().enumerate() {
+                    q.w[i] = ptr_of_ro(w, g);
+                }
+                // SAFETY: every buffer above holds the sizes the params name; the scratch is sized for the
+                // largest split timed.
+                Ok(unsafe {
+                    g.launch_gemv_grouped(&g.stream, wt, ns.len(), splits, path, &q, wl, cl)
+                }?)
+            })?;
+            let bytes = (wbytes + 2 * b * k + 4 * b * ns.iter().sum::<usize>()) as f64;
+            let gbs = bytes / ms / 1e6;
+            let mark = if splits == plan { "" } else { " (sweep)" };
+            println!(
+                "| gemv {name:<12} | {nmax}x{k} x{} | {b:>2} | {splits:>3}{mark} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+                ns.len(),
+                ms * 1e3,
+                100.0 * gbs / copy
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ptr_of_ro<T>(v: &CudaSlice<T>, g: &GpuContext) -> u64 {
+    use dsv4_kernels::cudarc::driver::DevicePtr;
+    v.device_ptr(&g.stream).0
+}
+
+fn ptr_of<T>(v: &mut CudaSlice<T>, g: &GpuContext) -> u64 {
+    use dsv4_kernels::cudarc::driver::DevicePtrMut;
+    v.device_ptr_mut(&g.stream).0
 }
 
 /// Expert ids for `b` tokens: distinct per token, spread like a router would; `set` shifts them so that
@@ -215,11 +331,32 @@ fn main() -> R<()> {
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
     // `kbench fp4 [B,B..]`: the routed-expert kernel only (at the listed batches; default 1, 8, 64).
-    let only_fp4 = std::env::args().nth(1).is_some_and(|a| a == "fp4");
+    // `kbench gemv [B,B..]`: the model's grouped GEMV launches only (default batches 1, 8, 16); `gemv-sweep`
+    // also times 1, half, twice and four times the planned K splits.
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let only_fp4 = mode == "fp4";
     let batches: Vec<usize> = match std::env::args().nth(2) {
         Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None if mode.starts_with("gemv") => vec![1, 8, 16],
         None => vec![1, 8, 64],
     };
+    if mode.starts_with("gemv") {
+        let k = &g.kernels.gemv;
+        let occ = |f: &dsv4_kernels::cudarc::driver::CudaFunction| {
+            f.occupancy_max_active_blocks_per_multiprocessor(256, 0, None)
+                .unwrap_or(0)
+        };
+        println!(
+            "gemv.cu blocks of 256 per SM: fp8 {:?} bf16 {:?}",
+            k.fp8.iter().map(occ).collect::<Vec<_>>(),
+            k.bf16.iter().map(occ).collect::<Vec<_>>()
+        );
+        println!("| kernel | N x K x groups | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|");
+        for m in MODEL_GEMVS {
+            bench_model_gemv(&g, m, &batches, copy, mode == "gemv-sweep")?;
+        }
+        return Ok(());
+    }
     println!(
         "| kernel | N x K | B | splits / kw | us | GB/s | of copy | of floor |\n|---|---|---|---|---|---|---|---|"
     );
