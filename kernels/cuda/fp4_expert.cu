@@ -28,6 +28,8 @@
 //          (exact: power of two). That decode is what bounds the kernel once the loads are in flight: the
 //          integer pipe runs at half rate.
 // Weights: Wq and S are in the device layouts (fp4_layout.cu), not the checkpoint's order.
+// Default tuning (Fp4Tune::for_shape, after v5 and the scale layout): mt2 at every batch, kw = chunks / 8
+//          clamped to 1..4 (kbench 2026-11-30: 32-row warps now beat 16-row ones at batch 1 too).
 // Constraints: K % 32 == 0, scale exponent byte <= 128 (scale <= 2; real scales are far smaller), E <= 1024.
 //
 // Variants (H200, `kbench fp4`: w1 2048x4096 per token / w2 4096x2048 per slot, 256 experts, top-6, with

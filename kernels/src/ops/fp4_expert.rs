@@ -40,10 +40,6 @@ impl ExpertShape {
     }
 }
 
-/// Warps wanted in one launch: about two waves of the ~28 resident warps per SM on 132 SMs, so every SM
-/// keeps enough weight bytes in flight and the last wave's tail stays short.
-const TARGET_WARPS: usize = 6144;
-
 /// Launch tuning of `fp4_expert` (the kernel's header comment has the measurements behind the defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fp4Tune {
@@ -54,19 +50,17 @@ pub struct Fp4Tune {
 }
 
 impl Fp4Tune {
-    /// The default for `shape`, assuming min(E, B*topk) groups (the real count lives on the device):
-    /// 32-row warps with K split 4 ways (after the scale-copy fix in v4 of the kernel, kw 4 beat kw 2 by
-    /// 5-15% at batch 8 and 64 for w1 and tied for w2; kw 1 won nowhere: BENCH_NOTES); for very little work
-    /// (batch 1) 16-row warps split 4 ways, because there the number of warps, not the instruction count,
-    /// sets the time. The split sets a token's summation order, so a token's bits are the same in every
-    /// batch with the same tuning (not across tunings: batch 1 and batch 8 of the full-size model differ in
-    /// the last bits).
+    /// The default for `shape`: 32-row warps, K split so that each warp streams about 8 of the 128-wide
+    /// chunks (kw 4 for K = 4096, kw 2 for K = 2048). Measured (kbench, BENCH_NOTES 2026-11-30, with the
+    /// device layouts): 32-row warps beat 16-row ones at every batch, batch 1 included (w1 19.3 vs 20.2 us),
+    /// and for w2 (K = 2048) kw 2 beat kw 4 at batch 64 (336 vs 356 us) and tied below. The rule reads the
+    /// shape's K only, never the batch or the group count, so a token's bits are the same at every batch.
     pub fn for_shape(shape: &ExpertShape) -> Self {
-        let units = shape.experts.min(shape.slots()) * shape.n.div_ceil(32);
-        if units * 4 < TARGET_WARPS {
-            return Fp4Tune { kw: 4, mt: 1 };
+        let chunks = shape.k.div_ceil(128);
+        Fp4Tune {
+            kw: (chunks / 8).clamp(1, 4),
+            mt: 2,
         }
-        Fp4Tune { kw: 4, mt: 2 }
     }
 
     /// Rows of one expert that a block of 4 warps covers.
