@@ -52,12 +52,17 @@ impl GemvWeights {
 
 /// Split-K of a launch on `path` with `tiles` 32-row tiles in all (sum over groups) and inner dim `k`.
 /// Skinny: about two blocks per SM (from the device's SM count), every warp keeping at least one K step;
-/// ring: see gemv_ring.rs. Independent of the batch size within a family.
+/// but no split when the row tiles alone give at least half a block per SM and each warp would keep at most
+/// 4 K steps (kbench split sweep, BENCH_NOTES 2026-11-30: wo_a 15.0 -> 13.5 us and shared w2 7.9 -> 7.2 us
+/// at batch 1; there the second pass and its counters cost more than the extra blocks bring).
+/// Ring: see gemv_ring.rs. Independent of the batch size within a family.
 pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights, path: GemvPath) -> usize {
+    let ksteps = k.div_ceil(wt.k_step());
     match path {
+        GemvPath::Skinny if 2 * tiles >= sms && ksteps <= 4 * 8 => 1,
         GemvPath::Skinny => (2 * sms)
             .div_ceil(tiles.max(1))
-            .clamp(1, k.div_ceil(wt.k_step()).div_ceil(8).max(1)),
+            .clamp(1, ksteps.div_ceil(8).max(1)),
         GemvPath::Ring => ring_splits(sms, tiles, k, wt),
     }
 }
