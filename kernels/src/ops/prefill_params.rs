@@ -47,6 +47,16 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
+/// The wgmma FP8 GEMM instances, in `PrefillKernels::wgmma` order: (ring stages, K values per promotion into
+/// the f32 accumulators): pf_wgmma_fp8_s{4,6} promote per 128-wide scale block, pf_wgmma_fp8_s{4,6}_k32 after
+/// every k32 wgmma.
+pub const PF_WGMMA_VARIANTS: [(usize, usize); 4] = [(4, 128), (6, 128), (4, 32), (6, 32)];
+
+/// Dynamic shared memory of `pf_wgmma_fp8_s{stages}`: an x and a weight 128 x 128 e4m3 tile per stage.
+pub fn pf_wgmma_smem(stages: usize) -> usize {
+    stages * 2 * 128 * 128
+}
+
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
     256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
@@ -72,6 +82,11 @@ pub struct PrefillKernels {
     pub compress_state: CudaFunction,
     pub ring_write: CudaFunction,
     pub moe_group: CudaFunction,
+    /// The PF_WGMMA_VARIANTS of prefill_wgmma.cu: real kernels only in the sm_90a SASS of the fatbin, a
+    /// trap elsewhere; see `GpuContext::has_wgmma`.
+    pub wgmma: [CudaFunction; 4],
+    /// Whether the device granted each wgmma instance its shared memory.
+    pub wgmma_fits: [bool; 4],
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
     pub attn_fits: [bool; 4],
@@ -119,6 +134,16 @@ impl PrefillKernels {
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
             opt_in_smem(f, pf_index_smem(d))?;
         }
+        let wgmma = [
+            get("pf_wgmma_fp8_s4")?,
+            get("pf_wgmma_fp8_s6")?,
+            get("pf_wgmma_fp8_s4_k32")?,
+            get("pf_wgmma_fp8_s6_k32")?,
+        ];
+        let mut wgmma_fits = [false; 4];
+        for ((f, v), ok) in wgmma.iter().zip(PF_WGMMA_VARIANTS).zip(wgmma_fits.iter_mut()) {
+            *ok = fits(f, pf_wgmma_smem(v.0));
+        }
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
             gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,
@@ -129,6 +154,8 @@ impl PrefillKernels {
             compress_state: get("pf_compress_state")?,
             ring_write: get("pf_ring_write")?,
             moe_group: get("pf_moe_group")?,
+            wgmma,
+            wgmma_fits,
             attn_fits,
         })
     }
@@ -151,6 +178,24 @@ pub struct PfGemm {
     pub out_bf16: i32,
     pub topk: i32,
     pub x_per_slot: i32,
+    pub pad: i32,
+}
+
+/// `pf_wgmma_fp8_s*`: per group g, xq[g] e4m3 `[M, K]` with f32 scales xs[g] `[M, ceil(K/128)]` (act_quant,
+/// block 128), w[g] e4m3 `[n[g], K]` with UE8M0 scales s[g] `[ceil(n/128), ceil(K/128)]`, out[g] `[M, n[g]]`
+/// f32 or bf16.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfWgmma {
+    pub xq: [u64; PF_GROUPS],
+    pub xs: [u64; PF_GROUPS],
+    pub w: [u64; PF_GROUPS],
+    pub s: [u64; PF_GROUPS],
+    pub out: [u64; PF_GROUPS],
+    pub n: [i32; PF_GROUPS],
+    pub m: i32,
+    pub k: i32,
+    pub out_bf16: i32,
     pub pad: i32,
 }
 
@@ -226,7 +271,7 @@ pub struct PfGroup {
     pub pad: i32,
 }
 
-device_repr!(PfGemm, PfAttn, PfIndexScore, PfCompress, PfRing, PfGroup);
+device_repr!(PfGemm, PfWgmma, PfAttn, PfIndexScore, PfCompress, PfRing, PfGroup);
 
 #[cfg(test)]
 mod tests {
@@ -236,6 +281,7 @@ mod tests {
     fn parameter_blocks_have_the_c_sizes() {
         // 34 pointers + 14 ints; 12 + 10; 6 + 8; 8 + 10; 6 + 2; 3 + 4.
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
+        assert_eq!(std::mem::size_of::<PfWgmma>(), 40 * 8 + 12 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);
@@ -249,6 +295,7 @@ mod tests {
     fn shared_memory_fits_one_block() {
         assert!(pf_attn_smem(512) <= 227 * 1024);
         assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
+        assert!(pf_wgmma_smem(6) <= 227 * 1024);
         assert!(pf_index_smem(128) <= 227 * 1024);
     }
 }
