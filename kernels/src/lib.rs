@@ -32,8 +32,8 @@ pub use ops::synth::Fill;
 pub use ops::attn_params as attn;
 // batched prefill kernels
 pub use ops::prefill_launch::pf_max_tiles;
-pub use ops::prefill_wgmma::PF_WGMMA_BM;
 pub use ops::prefill_params as prefill;
+pub use ops::prefill_wgmma::PF_WGMMA_BM;
 pub use probe::{Gpu, GpuInfo};
 
 /// Re-exported so callers use the same cudarc types as the launchers.

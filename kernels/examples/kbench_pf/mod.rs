@@ -1,8 +1,8 @@
 //! `kbench pf`: the dense FP8 prefill GEMMs at the real prefill shapes, pf_gemm_fp8 (bf16 mma.sync after
-//! converting the weights) against every pf_wgmma_fp8 variant (FP8 wgmma; plus the act_quant pass that makes
-//! its e4m3 x), in TFLOP/s.
+//! converting the weights) against every pf_wgmma variant (bf16 wgmma on weights dequantised by
+//! pf_fp8_to_bf16, timed apart; FP8 wgmma on act_quant codes, the act_quant pass timed apart), in TFLOP/s.
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::prefill::{PfGemm, PfWeights, PfWgmma, PF_WGMMA_VARIANTS};
+use dsv4_kernels::prefill::{PfDequant, PfGemm, PfWeights, PfWgmma, PF_WGMMA_VARIANTS};
 use dsv4_kernels::{bf16, GpuContext};
 
 use super::{filled, noise, time_ms, R};
@@ -45,6 +45,10 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
         .iter()
         .map(|&n| filled(g, n.div_ceil(128) * k.div_ceil(128), 127u8))
         .collect::<R<_>>()?;
+    let wbf: Vec<CudaSlice<u16>> = ns
+        .iter()
+        .map(|&n| filled(g, n * k, 0u16))
+        .collect::<R<_>>()?;
     let outs: Vec<CudaSlice<f32>> = ns
         .iter()
         .map(|&n| filled(g, m * n, 0f32))
@@ -69,6 +73,10 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
         k: k as i32,
         ..Default::default()
     };
+    let mut d = PfDequant {
+        k: k as i32,
+        ..Default::default()
+    };
     for (i, &n) in ns.iter().enumerate() {
         (p.x[i], p.w[i], p.s[i], p.out[i]) = (
             dptr(g, &x),
@@ -77,37 +85,52 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
             dptr(g, &outs[i]),
         );
         p.n[i] = n as i32;
-        (q.xq[i], q.xs[i], q.w[i], q.s[i], q.out[i]) = (
-            dptr(g, &xq),
-            dptr(g, &xs),
-            p.w[i],
-            p.s[i],
-            p.out[i],
-        );
-        q.n[i] = n as i32;
+        (q.xs[i], q.s[i], q.out[i], q.n[i]) = (dptr(g, &xs), p.s[i], p.out[i], n as i32);
+        (d.w[i], d.s[i], d.out[i], d.n[i]) = (p.w[i], p.s[i], dptr(g, &wbf[i]), n as i32);
     }
     let bm = if m > 96 { 128 } else { 64 };
-    // SAFETY (both launches): x / xq hold m*k values, xs m*k/128 scales, each weight n*k bytes with its
-    // scales, each output m*n f32.
     let ms = time_ms(g, 3, |_| {
-        Ok(unsafe { g.launch_pf_gemm(&g.stream, PfWeights::Fp8, bm, ns.len(), m.div_ceil(bm), &p) }?)
+        // SAFETY: x holds m*k bf16, each weight n*k bytes with its scales, each output m*n f32.
+        Ok(unsafe {
+            g.launch_pf_gemm(&g.stream, PfWeights::Fp8, bm, ns.len(), m.div_ceil(bm), &p)
+        }?)
     })?;
     line(&format!("pf_gemm_fp8 bm{bm}"), ms);
     let ms = time_ms(g, 3, |_| {
         Ok(g.launch_act_quant(&g.stream, m, k, 128, &x, &mut xq, &mut xs)?)
     })?;
-    println!("| {name} | {m} | {k} | act_quant (x codes) | {:.1} | - |", ms * 1e3);
+    println!(
+        "| {name} | {m} | {k} | act_quant (x codes) | {:.1} | - |",
+        ms * 1e3
+    );
+    let ms = time_ms(g, 3, |_| {
+        // SAFETY: each weight holds n*k bytes with its scales, each wbf n*k bf16.
+        Ok(unsafe { g.launch_pf_fp8_to_bf16(&g.stream, ns.len(), &d) }?)
+    })?;
+    println!(
+        "| {name} | - | {shape} | pf_fp8_to_bf16 | {:.1} | - |",
+        ms * 1e3
+    );
     if !g.has_wgmma() {
         return Ok(());
     }
-    for (v, (stages, promote)) in PF_WGMMA_VARIANTS.iter().enumerate() {
+    for (v, var) in PF_WGMMA_VARIANTS.iter().enumerate() {
         if !g.kernels.prefill.wgmma_fits[v] {
             continue;
         }
+        for i in 0..ns.len() {
+            (q.x[i], q.w[i]) = if var.fp8 {
+                (dptr(g, &xq), p.w[i])
+            } else {
+                (p.x[i], d.out[i])
+            };
+        }
         let ms = time_ms(g, 3, |_| {
+            // SAFETY: x (bf16 or e4m3 codes with m*k/128 scales) m*k values, each weight (bf16 copy or e4m3
+            // with its scales) n*k, each output m*n f32.
             Ok(unsafe { g.launch_pf_wgmma(&g.stream, v, ns.len(), &q) }?)
         })?;
-        line(&format!("pf_wgmma s{stages} k{promote}"), ms);
+        line(var.name, ms);
     }
     Ok(())
 }

@@ -47,14 +47,44 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
-/// The wgmma FP8 GEMM instances, in `PrefillKernels::wgmma` order: (ring stages, K values per promotion into
-/// the f32 accumulators): pf_wgmma_fp8_s{4,6} promote per 128-wide scale block, pf_wgmma_fp8_s{4,6}_k32 after
-/// every k32 wgmma.
-pub const PF_WGMMA_VARIANTS: [(usize, usize); 4] = [(4, 128), (6, 128), (4, 32), (6, 32)];
+/// One instance of prefill_wgmma.cu's GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgmmaVariant {
+    pub name: &'static str,
+    /// Depth of the cp.async ring (32 KB a stage).
+    pub stages: usize,
+    /// e4m3 x e4m3 (x act_quant codes + scales, promoted per 128-K block) rather than bf16 x bf16.
+    pub fp8: bool,
+}
 
-/// Dynamic shared memory of `pf_wgmma_fp8_s{stages}`: an x and a weight 128 x 128 e4m3 tile per stage.
+/// The wgmma GEMM instances, in `PrefillKernels::wgmma` order.
+pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 4] = [
+    WgmmaVariant {
+        name: "pf_wgmma_fp8_s4",
+        stages: 4,
+        fp8: true,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s4",
+        stages: 4,
+        fp8: false,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s6",
+        stages: 6,
+        fp8: false,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s3x2",
+        stages: 3,
+        fp8: false,
+    },
+];
+
+/// Dynamic shared memory of a wgmma GEMM with `stages` stages: an x and a weight 128-row x 128-byte tile
+/// per stage, plus the slack that aligns the ring to the 1024-byte swizzle pattern.
 pub fn pf_wgmma_smem(stages: usize) -> usize {
-    stages * 2 * 128 * 128
+    stages * 2 * 128 * 128 + 1024
 }
 
 /// Dynamic shared memory of `pf_attn_d{dim}`.
@@ -85,6 +115,8 @@ pub struct PrefillKernels {
     /// The PF_WGMMA_VARIANTS of prefill_wgmma.cu: real kernels only in the sm_90a SASS of the fatbin, a
     /// trap elsewhere; see `GpuContext::has_wgmma`.
     pub wgmma: [CudaFunction; 4],
+    /// pf_fp8_to_bf16: FP8 weights dequantised to bf16 for the bf16 wgmma GEMMs.
+    pub fp8_to_bf16: CudaFunction,
     /// Whether the device granted each wgmma instance its shared memory.
     pub wgmma_fits: [bool; 4],
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
@@ -135,14 +167,18 @@ impl PrefillKernels {
             opt_in_smem(f, pf_index_smem(d))?;
         }
         let wgmma = [
-            get("pf_wgmma_fp8_s4")?,
-            get("pf_wgmma_fp8_s6")?,
-            get("pf_wgmma_fp8_s4_k32")?,
-            get("pf_wgmma_fp8_s6_k32")?,
+            get(PF_WGMMA_VARIANTS[0].name)?,
+            get(PF_WGMMA_VARIANTS[1].name)?,
+            get(PF_WGMMA_VARIANTS[2].name)?,
+            get(PF_WGMMA_VARIANTS[3].name)?,
         ];
         let mut wgmma_fits = [false; 4];
-        for ((f, v), ok) in wgmma.iter().zip(PF_WGMMA_VARIANTS).zip(wgmma_fits.iter_mut()) {
-            *ok = fits(f, pf_wgmma_smem(v.0));
+        for ((f, v), ok) in wgmma
+            .iter()
+            .zip(PF_WGMMA_VARIANTS)
+            .zip(wgmma_fits.iter_mut())
+        {
+            *ok = fits(f, pf_wgmma_smem(v.stages));
         }
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
@@ -154,6 +190,7 @@ impl PrefillKernels {
             compress_state: get("pf_compress_state")?,
             ring_write: get("pf_ring_write")?,
             moe_group: get("pf_moe_group")?,
+            fp8_to_bf16: get("pf_fp8_to_bf16")?,
             wgmma,
             wgmma_fits,
             attn_fits,
@@ -181,13 +218,13 @@ pub struct PfGemm {
     pub pad: i32,
 }
 
-/// `pf_wgmma_fp8_s*`: per group g, xq[g] e4m3 `[M, K]` with f32 scales xs[g] `[M, ceil(K/128)]` (act_quant,
-/// block 128), w[g] e4m3 `[n[g], K]` with UE8M0 scales s[g] `[ceil(n/128), ceil(K/128)]`, out[g] `[M, n[g]]`
-/// f32 or bf16.
+/// `pf_wgmma_*`: per group g, x[g] `[M, K]` and w[g] `[n[g], K]`, out[g] `[M, n[g]]` f32 or bf16. bf16
+/// variants: x, w bf16, xs / s unused. FP8: x e4m3 codes with f32 scales xs[g] `[M, ceil(K/128)]` (act_quant,
+/// block 128), w e4m3 with UE8M0 scales s[g] `[ceil(n/128), ceil(K/128)]`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PfWgmma {
-    pub xq: [u64; PF_GROUPS],
+    pub x: [u64; PF_GROUPS],
     pub xs: [u64; PF_GROUPS],
     pub w: [u64; PF_GROUPS],
     pub s: [u64; PF_GROUPS],
@@ -196,6 +233,19 @@ pub struct PfWgmma {
     pub m: i32,
     pub k: i32,
     pub out_bf16: i32,
+    pub pad: i32,
+}
+
+/// `pf_fp8_to_bf16`: per group g, w[g] e4m3 `[n[g], k]` with UE8M0 scales s[g] `[ceil(n/128), ceil(k/128)]`
+/// -> out[g] bf16 `[n[g], k]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfDequant {
+    pub w: [u64; PF_GROUPS],
+    pub s: [u64; PF_GROUPS],
+    pub out: [u64; PF_GROUPS],
+    pub n: [i32; PF_GROUPS],
+    pub k: i32,
     pub pad: i32,
 }
 
@@ -271,7 +321,16 @@ pub struct PfGroup {
     pub pad: i32,
 }
 
-device_repr!(PfGemm, PfWgmma, PfAttn, PfIndexScore, PfCompress, PfRing, PfGroup);
+device_repr!(
+    PfGemm,
+    PfWgmma,
+    PfDequant,
+    PfAttn,
+    PfIndexScore,
+    PfCompress,
+    PfRing,
+    PfGroup
+);
 
 #[cfg(test)]
 mod tests {
@@ -282,6 +341,7 @@ mod tests {
         // 34 pointers + 14 ints; 12 + 10; 6 + 8; 8 + 10; 6 + 2; 3 + 4.
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
         assert_eq!(std::mem::size_of::<PfWgmma>(), 40 * 8 + 12 * 4);
+        assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);
