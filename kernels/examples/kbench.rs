@@ -1,5 +1,6 @@
 //! Times each kernel at the model's real sizes with CUDA events and prints achieved GB/s next to a
-//! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`.
+//! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`
+//! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -8,6 +9,9 @@ use dsv4_kernels::{
     Fp4Tune, GemvOut, GemvParams, GemvPath, GemvScratch, GemvWeights, Gpu, GpuContext,
     GEMV_ROW_TILE,
 };
+
+#[path = "kbench_pf/mod.rs"]
+mod pf;
 
 type R<T> = Result<T, Box<dyn Error>>;
 
@@ -327,6 +331,14 @@ fn main() -> R<()> {
     for (i, f) in g.kernels.fp4_expert.iter().enumerate() {
         let blocks = f.occupancy_max_active_blocks_per_multiprocessor(128, 0, None)?;
         println!("fp4_expert_mt{}: {blocks} blocks of 128 per SM", i + 1);
+    }
+    // `kbench pf [M,M..]`: the dense FP8 prefill GEMMs only (default M = 1024, 8192).
+    if std::env::args().nth(1).is_some_and(|a| a == "pf") {
+        let rows: Vec<usize> = match std::env::args().nth(2) {
+            Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            None => vec![1024, 8192],
+        };
+        return pf::bench(&g, &rows);
     }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");

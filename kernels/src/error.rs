@@ -22,6 +22,8 @@ pub enum KernelError {
     },
     #[error("{kernel}: bad shape: {what}")]
     Shape { kernel: &'static str, what: String },
+    #[error("{kernel}: not available here: {why}")]
+    Unavailable { kernel: &'static str, why: String },
 }
 
 impl From<CompileError> for KernelError {

@@ -15,6 +15,7 @@ pub mod moe_route;
 // batched prefill kernels
 pub mod prefill_launch;
 pub mod prefill_params;
+pub mod prefill_wgmma;
 pub mod rmsnorm;
 pub mod runner;
 pub mod sample;

@@ -47,6 +47,46 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
+/// One instance of prefill_wgmma.cu's GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WgmmaVariant {
+    pub name: &'static str,
+    /// Depth of the cp.async ring (32 KB a stage).
+    pub stages: usize,
+    /// e4m3 x e4m3 (x act_quant codes + scales, promoted per 128-K block) rather than bf16 x bf16.
+    pub fp8: bool,
+}
+
+/// The wgmma GEMM instances, in `PrefillKernels::wgmma` order.
+pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 4] = [
+    WgmmaVariant {
+        name: "pf_wgmma_fp8_s4",
+        stages: 4,
+        fp8: true,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s4",
+        stages: 4,
+        fp8: false,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s6",
+        stages: 6,
+        fp8: false,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_s3x2",
+        stages: 3,
+        fp8: false,
+    },
+];
+
+/// Dynamic shared memory of a wgmma GEMM with `stages` stages: an x and a weight 128-row x 128-byte tile
+/// per stage, plus the slack that aligns the ring to the 1024-byte swizzle pattern.
+pub fn pf_wgmma_smem(stages: usize) -> usize {
+    stages * 2 * 128 * 128 + 1024
+}
+
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
     256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
@@ -72,6 +112,13 @@ pub struct PrefillKernels {
     pub compress_state: CudaFunction,
     pub ring_write: CudaFunction,
     pub moe_group: CudaFunction,
+    /// The PF_WGMMA_VARIANTS of prefill_wgmma.cu: real kernels only in the sm_90a SASS of the fatbin, a
+    /// trap elsewhere; see `GpuContext::has_wgmma`.
+    pub wgmma: [CudaFunction; 4],
+    /// pf_fp8_to_bf16: FP8 weights dequantised to bf16 for the bf16 wgmma GEMMs.
+    pub fp8_to_bf16: CudaFunction,
+    /// Whether the device granted each wgmma instance its shared memory.
+    pub wgmma_fits: [bool; 4],
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
     pub attn_fits: [bool; 4],
@@ -119,6 +166,20 @@ impl PrefillKernels {
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
             opt_in_smem(f, pf_index_smem(d))?;
         }
+        let wgmma = [
+            get(PF_WGMMA_VARIANTS[0].name)?,
+            get(PF_WGMMA_VARIANTS[1].name)?,
+            get(PF_WGMMA_VARIANTS[2].name)?,
+            get(PF_WGMMA_VARIANTS[3].name)?,
+        ];
+        let mut wgmma_fits = [false; 4];
+        for ((f, v), ok) in wgmma
+            .iter()
+            .zip(PF_WGMMA_VARIANTS)
+            .zip(wgmma_fits.iter_mut())
+        {
+            *ok = fits(f, pf_wgmma_smem(v.stages));
+        }
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
             gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,
@@ -129,6 +190,9 @@ impl PrefillKernels {
             compress_state: get("pf_compress_state")?,
             ring_write: get("pf_ring_write")?,
             moe_group: get("pf_moe_group")?,
+            fp8_to_bf16: get("pf_fp8_to_bf16")?,
+            wgmma,
+            wgmma_fits,
             attn_fits,
         })
     }
@@ -151,6 +215,37 @@ pub struct PfGemm {
     pub out_bf16: i32,
     pub topk: i32,
     pub x_per_slot: i32,
+    pub pad: i32,
+}
+
+/// `pf_wgmma_*`: per group g, x[g] `[M, K]` and w[g] `[n[g], K]`, out[g] `[M, n[g]]` f32 or bf16. bf16
+/// variants: x, w bf16, xs / s unused. FP8: x e4m3 codes with f32 scales xs[g] `[M, ceil(K/128)]` (act_quant,
+/// block 128), w e4m3 with UE8M0 scales s[g] `[ceil(n/128), ceil(K/128)]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfWgmma {
+    pub x: [u64; PF_GROUPS],
+    pub xs: [u64; PF_GROUPS],
+    pub w: [u64; PF_GROUPS],
+    pub s: [u64; PF_GROUPS],
+    pub out: [u64; PF_GROUPS],
+    pub n: [i32; PF_GROUPS],
+    pub m: i32,
+    pub k: i32,
+    pub out_bf16: i32,
+    pub pad: i32,
+}
+
+/// `pf_fp8_to_bf16`: per group g, w[g] e4m3 `[n[g], k]` with UE8M0 scales s[g] `[ceil(n/128), ceil(k/128)]`
+/// -> out[g] bf16 `[n[g], k]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfDequant {
+    pub w: [u64; PF_GROUPS],
+    pub s: [u64; PF_GROUPS],
+    pub out: [u64; PF_GROUPS],
+    pub n: [i32; PF_GROUPS],
+    pub k: i32,
     pub pad: i32,
 }
 
@@ -226,7 +321,16 @@ pub struct PfGroup {
     pub pad: i32,
 }
 
-device_repr!(PfGemm, PfAttn, PfIndexScore, PfCompress, PfRing, PfGroup);
+device_repr!(
+    PfGemm,
+    PfWgmma,
+    PfDequant,
+    PfAttn,
+    PfIndexScore,
+    PfCompress,
+    PfRing,
+    PfGroup
+);
 
 #[cfg(test)]
 mod tests {
@@ -236,6 +340,8 @@ mod tests {
     fn parameter_blocks_have_the_c_sizes() {
         // 34 pointers + 14 ints; 12 + 10; 6 + 8; 8 + 10; 6 + 2; 3 + 4.
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
+        assert_eq!(std::mem::size_of::<PfWgmma>(), 40 * 8 + 12 * 4);
+        assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);
@@ -249,6 +355,7 @@ mod tests {
     fn shared_memory_fits_one_block() {
         assert!(pf_attn_smem(512) <= 227 * 1024);
         assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
+        assert!(pf_wgmma_smem(6) <= 227 * 1024);
         assert!(pf_index_smem(128) <= 227 * 1024);
     }
 }

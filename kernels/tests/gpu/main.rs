@@ -9,4 +9,5 @@ mod moe_route;
 mod norm_quant;
 mod prefill_attn;
 mod prefill_gemm;
+mod prefill_wgmma;
 mod split;

@@ -13,16 +13,21 @@ pub fn dp<T>(g: &GpuContext, b: &CudaSlice<T>) -> u64 {
     b.device_ptr(&g.stream).0
 }
 
-/// Max |got - want| / (1e-5 sum|x w| + bf16 rounding of the output); passes when <= 1.
-fn check(name: &str, got: &[f32], want: &[f32], absum: &[f32], bf16_out: bool) {
-    let (worst, at) = worst_ratio(got, want, |i| {
+/// Max |got - want| / (1e-5 sum|x w| + bf16 rounding of the output) and where; the tests pass when <= 1.
+pub fn bound_ratio(got: &[f32], want: &[f32], absum: &[f32], bf16_out: bool) -> (f32, usize) {
+    worst_ratio(got, want, |i| {
         let rnd = if bf16_out {
             want[i].abs() * 2f32.powi(-8)
         } else {
             0.0
         };
         1e-5 * absum[i] + rnd + 1e-30
-    });
+    })
+}
+
+/// [`bound_ratio`] printed and asserted <= 1.
+pub fn check(name: &str, got: &[f32], want: &[f32], absum: &[f32], bf16_out: bool) {
+    let (worst, at) = bound_ratio(got, want, absum, bf16_out);
     println!(
         "{name}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
         rel_l2(got, want)
@@ -35,7 +40,7 @@ fn check(name: &str, got: &[f32], want: &[f32], absum: &[f32], bf16_out: bool) {
     );
 }
 
-fn sum_abs(x: &[bf16], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
+pub fn sum_abs(x: &[bf16], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
     (0..m * n)
         .map(|i| {
             let (r, c) = (i / n, i % n);
@@ -46,7 +51,7 @@ fn sum_abs(x: &[bf16], w: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> {
         .collect()
 }
 
-fn fp8_values(w: &[u8], s: &[u8], n: usize, k: usize) -> Vec<f32> {
+pub fn fp8_values(w: &[u8], s: &[u8], n: usize, k: usize) -> Vec<f32> {
     let kb = k.div_ceil(128);
     (0..n * k)
         .map(|i| {
@@ -132,7 +137,7 @@ fn dense_case(
 }
 
 /// The u16 view of f32 storage a bf16 output was written into.
-fn bytemuck_u16(v: &[f32]) -> &[u16] {
+pub fn bytemuck_u16(v: &[f32]) -> &[u16] {
     // SAFETY: f32 and u16 are plain old data; the slice covers exactly the same bytes, alignment 4 >= 2.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u16>(), v.len() * 2) }
 }

@@ -31,6 +31,9 @@ pub(super) struct Call<'a> {
     pub s: &'a CudaStream,
     pub plan: &'a Plan,
     pub official: bool,
+    /// The wgmma weight scratch (`PrefillWs::wbf`): device address and bf16 elements; None keeps every FP8
+    /// GEMM on pf_gemm.
+    pub wbf: Option<(u64, usize)>,
 }
 
 impl Call<'_> {
@@ -127,7 +130,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             layer.wkv.n,
         ),
     ];
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &jobs)?;
+    gemm::fp8(c, rows, d, false, &jobs)?;
     let p = AttnRowPrep {
         x: dptr(&b.qr_f32, s),
         norm_w: dptr(&layer.q_norm, s),
@@ -160,15 +163,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             ix.wq_b.n,
         ));
     }
-    gemm::dense(
-        c.ctx,
-        s,
-        PfWeights::Fp8,
-        rows,
-        cfg.q_lora_rank,
-        false,
-        &jobs,
-    )?;
+    gemm::fp8(c, rows, cfg.q_lora_rank, false, &jobs)?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
     let base = AttnVecPrep {
         freqs: dptr(&layer.freqs, s),
@@ -394,15 +389,7 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
         dptr_mut(&mut ws.io.attn_out, s),
         layer.wo_b.n,
     );
-    gemm::dense(
-        c.ctx,
-        s,
-        PfWeights::Fp8,
-        c.plan.rows,
-        layer.wo_b.k,
-        true,
-        &[job],
-    )
+    gemm::fp8(c, c.plan.rows, layer.wo_b.k, true, &[job])
 }
 
 /// `wo_a` of every group of the heads' output `ws.attn.o` into the f32 latents at `lat`
@@ -443,7 +430,7 @@ pub(super) fn wo_a(
         })
         .collect();
     for chunk in jobs.chunks(dsv4_kernels::prefill::PF_GROUPS) {
-        gemm::dense(c.ctx, s, PfWeights::Fp8, rows, g_in, false, chunk)?;
+        gemm::fp8(c, rows, g_in, false, chunk)?;
     }
     Ok(())
 }

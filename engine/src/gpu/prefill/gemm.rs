@@ -3,8 +3,29 @@
 use crate::gpu::attention::{dptr, dptr_mut};
 use crate::gpu::RunnerError;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use dsv4_kernels::prefill::{PfGemm, PfWeights, PF_GROUPS};
+use dsv4_kernels::prefill::{PfDequant, PfGemm, PfWeights, PfWgmma, PF_GROUPS};
 use dsv4_kernels::GpuContext;
+
+use super::attn::Call;
+
+/// Fewest rows for which a dense FP8 GEMM takes the wgmma path (dequantising the weights costs about as
+/// much as a GEMM of a few dozen rows; kernels/BENCH_NOTES.md "Prefill wgmma").
+pub const WGMMA_MIN_ROWS: usize = 256;
+/// The bf16 wgmma instance the engine uses (index into `PF_WGMMA_VARIANTS`): pf_wgmma_bf16_s6, the fastest
+/// bf16 ring at both 1K and 8K rows (kbench pf).
+pub const WGMMA_VARIANT: usize = 2;
+
+/// Fewest rows for the wgmma path: `DSV4_PF_WGMMA=0` keeps every dense FP8 GEMM on pf_gemm (an A/B switch
+/// for benches), `DSV4_PF_WGMMA=all` takes it from one row (lets the small GPU prefill tests exercise it);
+/// read once.
+fn wgmma_min_rows() -> usize {
+    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| match std::env::var("DSV4_PF_WGMMA").as_deref() {
+        Ok("0") => usize::MAX,
+        Ok("all") => 1,
+        _ => WGMMA_MIN_ROWS,
+    })
+}
 
 /// One group of a GEMM launch: x `[rows, k]` bf16, weight `[n, k]` (+ FP8/FP4 scales), output `[rows, n]`.
 #[derive(Clone, Copy, Default)]
@@ -100,6 +121,49 @@ pub fn dense(
     // SAFETY: every Job was built by the caller from buffers holding rows x k inputs, n x k weights (+ their
     // scales) and rows x n outputs of the declared types.
     unsafe { ctx.launch_pf_gemm(s, wt, bm, jobs.len(), rows.div_ceil(bm), &p) }?;
+    Ok(())
+}
+
+/// Dense GEMM of FP8 weights (bf16 x, as `dense`). On an sm_90a fatbin device with the workspace's scratch
+/// (`c.wbf`) and at least WGMMA_MIN_ROWS rows: the weights dequantised to bf16 (pf_fp8_to_bf16, exact: the
+/// same bf16 weights pf_gemm converts to in shared memory), then bf16 wgmma (prefill_wgmma.cu): the same
+/// products, f32 accumulation. Otherwise pf_gemm.
+pub fn fp8(
+    c: &Call<'_>,
+    rows: usize,
+    k: usize,
+    out_bf16: bool,
+    jobs: &[Job],
+) -> Result<(), RunnerError> {
+    let elems: usize = jobs.iter().map(|j| j.n * k).sum();
+    let scratch = c.wbf.filter(|&(_, len)| {
+        rows >= wgmma_min_rows() && k.is_multiple_of(16) && elems <= len && !jobs.is_empty()
+    });
+    let Some((wbf, _)) = scratch.filter(|_| jobs.len() <= PF_GROUPS) else {
+        return dense(c.ctx, c.s, PfWeights::Fp8, rows, k, out_bf16, jobs);
+    };
+    let mut d = PfDequant {
+        k: k as i32,
+        ..Default::default()
+    };
+    let mut p = PfWgmma {
+        m: rows as i32,
+        k: k as i32,
+        out_bf16: i32::from(out_bf16),
+        ..Default::default()
+    };
+    let mut at = wbf;
+    for (g, j) in jobs.iter().enumerate() {
+        (d.w[g], d.s[g], d.out[g], d.n[g]) = (j.w, j.s, at, j.n as i32);
+        (p.x[g], p.w[g], p.out[g], p.n[g]) = (j.x, at, j.out, j.n as i32);
+        at += (2 * j.n * k) as u64;
+    }
+    // SAFETY: each job's w / s are n x k e4m3 bytes and their 128 x 128 scales; the scratch holds
+    // `elems` bf16 (checked above), group g's share starting where the previous one ends.
+    unsafe { c.ctx.launch_pf_fp8_to_bf16(c.s, jobs.len(), &d) }?;
+    // SAFETY: x holds rows x k bf16 (the caller's Job), the scratch the n x k bf16 weights just written,
+    // out rows x n outputs of the declared type.
+    unsafe { c.ctx.launch_pf_wgmma(c.s, WGMMA_VARIANT, jobs.len(), &p) }?;
     Ok(())
 }
 

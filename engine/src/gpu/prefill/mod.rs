@@ -82,6 +82,7 @@ pub fn prefill_attention(
         s: &s,
         plan: &plan,
         official: numerics == Numerics::Official,
+        wbf: ws.wbf_scratch(&s),
     };
     attn::attention(&c, layer, state, ws, &mut |_| Ok(()))?;
     let mut out = vec![bf16::ZERO; n];
@@ -228,6 +229,7 @@ pub(crate) fn run_blocks(
         s: &s,
         plan,
         official,
+        wbf: ws.wbf_scratch(&s),
     };
     // HCPost as its own launch here (the prefill workspace has no scratch streams to fuse it into the
     // next HCPre; one launch is negligible next to the 8K-row work).

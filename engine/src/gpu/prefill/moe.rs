@@ -186,7 +186,7 @@ pub(super) fn shared(
         Job::new(s, x, &w1.w, &w1.scale, dptr_mut(&mut m.ex.sg, s), w1.out),
         Job::new(s, x, &w3.w, &w3.scale, dptr_mut(&mut m.ex.su, s), w3.out),
     ];
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w1.inp, false, &up)?;
+    gemm::fp8(c, rows, w1.inp, false, &up)?;
     let none: Option<&CudaSlice<f32>> = None;
     let i = w1.out;
     c.ctx.launch_moe_swiglu(
@@ -208,5 +208,5 @@ pub(super) fn shared(
         dptr_mut(&mut m.ex.y_shared, s),
         w2.out,
     );
-    gemm::dense(c.ctx, s, PfWeights::Fp8, rows, w2.inp, false, &[down])
+    gemm::fp8(c, rows, w2.inp, false, &[down])
 }

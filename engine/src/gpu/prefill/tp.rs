@@ -67,6 +67,8 @@ impl TpCall<'_> {
             s: &s,
             plan: self.plan,
             official: self.numerics == Numerics::Official,
+            // A tensor-split rank keeps pf_gemm (its shards are small; no scratch reaches here).
+            wbf: None,
         })
     }
 }

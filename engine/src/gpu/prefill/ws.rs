@@ -3,7 +3,7 @@
 use super::super::workspace::{zeros, BlockIo, ExpertBufs};
 use super::super::RunnerError;
 use crate::model::ModelConfig;
-use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, pf_max_tiles, GpuContext};
 
 /// Per-row i32 arrays of a call, in this order, each `max_tokens` long (one upload per call).
@@ -31,6 +31,9 @@ pub struct PrefillWs {
     pub io: BlockIo,
     pub attn: AttnBufs,
     pub moe: MoeBufs,
+    /// The FP8 weights of one dense GEMM launch dequantised to bf16 for the wgmma GEMM (gemm::fp8); only
+    /// where the device runs it (`GpuContext::has_wgmma`).
+    pub wbf: Option<CudaSlice<bf16>>,
 }
 
 /// Attention intermediates (names as in the decode scratch).
@@ -70,6 +73,28 @@ pub struct MoeBufs {
 /// The widest stacked bf16 projection of any block (CSA: both compressors and weights_proj).
 pub fn lin_max(cfg: &ModelConfig) -> usize {
     4 * cfg.head_dim + 4 * cfg.index_head_dim + cfg.index_n_heads
+}
+
+/// bf16 elements of the largest dense FP8 GEMM launch's weights (all groups): wq_a + wkv, wq_b + the
+/// indexer's wq_b, the wo_a groups, wo_b, the shared expert's w1 + w3 and w2.
+pub fn wbf_elems(cfg: &ModelConfig) -> usize {
+    let (d, hd, ql) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.q_lora_rank,
+    );
+    let lora = cfg.o_groups * cfg.o_lora_rank;
+    let shared = cfg.moe_intermediate_size * cfg.n_shared_experts.max(1);
+    [
+        (ql + cfg.head_dim) * d,
+        (hd + cfg.index_n_heads * cfg.index_head_dim) * ql,
+        cfg.o_lora_rank * hd,
+        d * lora,
+        2 * shared * d,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0)
 }
 
 /// Indexer entries per sequence at `max_context` (the compressed caches' capacity).
@@ -134,7 +159,19 @@ impl PrefillWs {
             io: BlockIo::new(ctx, t, cfg.hidden_size)?,
             attn,
             moe,
+            wbf: if ctx.has_wgmma() {
+                Some(zeros(ctx, wbf_elems(cfg))?)
+            } else {
+                None
+            },
         })
+    }
+
+    /// The wgmma weight scratch as (device address, bf16 elements), if allocated.
+    pub fn wbf_scratch(&mut self, s: &CudaStream) -> Option<(u64, usize)> {
+        self.wbf
+            .as_mut()
+            .map(|b| (super::super::attention::dptr_mut(b, s), b.len()))
     }
 
     /// Device bytes of a workspace for `max_tokens` rows (for memory planning), without allocating.
@@ -151,6 +188,7 @@ impl PrefillWs {
             + 4 * score_rows * cap;
         let moe = t * (4 * e + 12 * k) + ExpertBufs::bytes_for(t, t * k, cfg);
         let rest = t * (4 + 4 * META_ARRAYS) + BlockIo::bytes_for(t, d);
-        attn + moe + rest
+        // The wgmma weight scratch, counted whether or not the device will allocate it.
+        attn + moe + rest + 2 * wbf_elems(cfg)
     }
 }
