@@ -7,3 +7,9 @@ for t in "$1"/gpu*; do
   timeout 120 "$t" --test-threads=1 --nocapture 2>&1 | grep -vE "^test .* \.\.\. ok$|^running|^$" | tail -60
   echo "rc=${PIPESTATUS[0]}"
 done
+# The prefill's wgmma path from one row (it starts at 256 rows by default, more than these tests prefill).
+for t in "$1"/gpu_prefill-* "$1"/gpu_model-* "$1"/gpu_golden_v4-*; do
+  echo "=== $(basename "$t") DSV4_PF_WGMMA=all"
+  DSV4_PF_WGMMA=all timeout 120 "$t" --test-threads=1 --nocapture 2>&1 | grep -vE "^test .* \.\.\. ok$|^running|^$" | tail -20
+  echo "rc=${PIPESTATUS[0]}"
+done
