@@ -211,15 +211,8 @@ fn project(
     st.gemv(layer.wq_a.wt, d, false, &jobs, sc)?;
     st.mark("wq_a+wkv")?;
     // wq_b and the indexer's wq_b share this input and its format (check_dims).
-    let p = row_prep::norm_f32(
-        dptr(&sc.act.qr_f32, s),
-        dptr(&layer.q_norm, s),
-        dptr_mut(&mut sc.act.qr, s),
-        rows,
-        cfg.q_lora_rank,
-        cfg.rms_norm_eps,
-        st.official && layer.wq_b.act_quant(),
-    );
+    let quant = st.official && layer.wq_b.act_quant();
+    let p = row_prep::q_norm(s, layer, &mut sc.act, rows, quant);
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("q norm")?;

@@ -1,6 +1,10 @@
 //! The three ways the attention block uses `attn_row_prep` (decode, prefill and the tensor-parallel output
 //! alike): each constructor fixes the fields its use implies, so a call site names only buffers and shape.
+use super::acts::AttnActs;
+use super::layer::AttnLayer;
+use super::{dptr, dptr_mut};
 use dsv4_kernels::attn::AttnRowPrep;
+use dsv4_kernels::cudarc::driver::CudaStream;
 
 /// FP8 activation-quant block of the official numerics.
 const ACT_BLOCK: i32 = 128;
@@ -28,27 +32,25 @@ pub(crate) fn quant_input(x: u64, out: u64, rows: usize, width: usize) -> AttnRo
     }
 }
 
-/// RMS norm (weight `norm_w`, `eps`) of f32 rows `[rows, width]` at `x` into bf16 `out`, FP8-quantised
-/// when `quant`.
-pub(crate) fn norm_f32(
-    x: u64,
-    norm_w: u64,
-    out: u64,
+/// q_norm of the wq_a output (`act.qr_f32` f32 `[rows, q_lora_rank]`) into bf16 `act.qr`, FP8-quantised
+/// when `quant` (the input of wq_b and the indexer's wq_b).
+pub(crate) fn q_norm(
+    s: &CudaStream,
+    layer: &AttnLayer,
+    act: &mut AttnActs,
     rows: usize,
-    width: usize,
-    eps: f32,
     quant: bool,
 ) -> AttnRowPrep {
     AttnRowPrep {
-        x,
-        norm_w,
-        out,
+        x: dptr(&act.qr_f32, s),
+        norm_w: dptr(&layer.q_norm, s),
+        out: dptr_mut(&mut act.qr, s),
         x_f32: 1,
         groups: 1,
         rows: rows as i32,
-        width: width as i32,
+        width: layer.cfg.q_lora_rank as i32,
         quant_blk: quant_blk(quant),
-        eps,
+        eps: layer.cfg.rms_norm_eps,
     }
 }
 

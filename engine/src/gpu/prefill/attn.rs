@@ -116,15 +116,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
         ),
     ];
     gemm::dense(c.ctx, s, PfWeights::Fp8, rows, d, false, &jobs)?;
-    let p = row_prep::norm_f32(
-        dptr(&b.act.qr_f32, s),
-        dptr(&layer.q_norm, s),
-        dptr_mut(&mut b.act.qr, s),
-        rows,
-        cfg.q_lora_rank,
-        cfg.rms_norm_eps,
-        c.official,
-    );
+    let p = row_prep::q_norm(s, layer, &mut b.act, rows, c.official);
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
     let qr = dptr(&b.act.qr, s);
