@@ -313,7 +313,7 @@ impl HcWorkspace for Workspace {
             mix: &mut self.io.mix,
             a: &mut self.io.a,
             aq: &mut self.io.aq,
-            xq: Some(&mut self.attn.xq),
+            xq: Some(&mut self.attn.act.xq),
             attn_out: &self.io.attn_out,
             y_routed: &self.ex.y_routed,
             y_shared: &self.ex.y_shared,

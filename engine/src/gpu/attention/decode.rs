@@ -9,16 +9,13 @@ use super::layer::AttnLayer;
 use super::scratch::AttnScratch;
 use super::state::{AttnState, StepMeta};
 use super::step::{grouped_gemv, Job, StageMarks, Step};
-use super::{dptr, dptr_mut, stages};
+use super::{dptr, dptr_mut, row_prep, stages};
 use crate::api::Numerics;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
 use dsv4_kernels::{GemvWeights, GEMV_GROUPS};
 use std::cell::RefCell;
-
-/// FP8 activation-quant block of the official numerics.
-const ACT_BLOCK: i32 = 128;
 
 /// The step's shapes against the scratch, state and config (`out_len`: the output's length, if any).
 fn check(
@@ -53,7 +50,7 @@ fn check(
         || format!("state does not belong to layer {}", layer.layer),
     )?;
     ensure(
-        sc.proj.len() >= rows * layer.lin_rows && state.dim == cfg.head_dim,
+        sc.act.proj.len() >= rows * layer.lin_rows && state.dim == cfg.head_dim,
         || "scratch/state dims".into(),
     )?;
     ensure(
@@ -155,7 +152,7 @@ fn start<'a>(
     Ok(st)
 }
 
-/// Everything up to the attention output of every head in `sc.o` (group-major).
+/// Everything up to the attention output of every head in `sc.act.o` (group-major).
 fn heads(
     st: &Step<'_>,
     layer: &AttnLayer,
@@ -164,12 +161,12 @@ fn heads(
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
     project(st, layer, state, inp, sc)?;
-    stages::compress(st, layer, state, dptr(&sc.proj, st.s))?;
+    stages::compress(st, layer, state, dptr(&sc.act.proj, st.s))?;
     stages::indexer(st, layer, state, sc)?;
     stages::attend(st, layer, state, sc)
 }
 
-/// [`decode`] without the output projection: leaves the heads' outputs in `sc.o` (group-major
+/// [`decode`] without the output projection: leaves the heads' outputs in `sc.act.o` (group-major
 /// `[groups, rows, heads·head_dim/groups]`). A tensor-parallel rank projects them itself (rank.rs).
 pub fn decode_heads(
     ctx: &GpuContext,
@@ -201,52 +198,31 @@ fn project(
     // when the caller's HCPre already wrote it (same bits, one launch fewer).
     let xq = st.official && layer.wq_a.act_quant();
     if xq && !inp.xq_ready {
-        let p = AttnRowPrep {
-            x: dptr(a, s),
-            out: dptr_mut(&mut sc.xq, s),
-            groups: 1,
-            rows: rows as i32,
-            width: d as i32,
-            quant_blk: ACT_BLOCK,
-            ..Default::default()
-        };
+        let p = row_prep::quant_input(dptr(a, s), dptr_mut(&mut sc.act.xq, s), rows, d);
         // SAFETY: a holds rows x hidden bf16 (checked), xq rows x hidden.
         unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
         st.mark("x quant")?;
     }
-    let x = dptr(if xq { &sc.xq } else { a }, s);
+    let x = dptr(if xq { &sc.act.xq } else { a }, s);
     let jobs = [
-        Job::linear(&layer.wq_a, x, dptr_mut(&mut sc.qr_f32, s), s),
-        Job::linear(&layer.wkv, x, dptr_mut(&mut sc.kv_f32, s), s),
+        Job::linear(&layer.wq_a, x, dptr_mut(&mut sc.act.qr_f32, s), s),
+        Job::linear(&layer.wkv, x, dptr_mut(&mut sc.act.kv_f32, s), s),
     ];
     st.gemv(layer.wq_a.wt, d, false, &jobs, sc)?;
     st.mark("wq_a+wkv")?;
-    let p = AttnRowPrep {
-        x: dptr(&sc.qr_f32, s),
-        norm_w: dptr(&layer.q_norm, s),
-        out: dptr_mut(&mut sc.qr, s),
-        x_f32: 1,
-        groups: 1,
-        rows: rows as i32,
-        width: cfg.q_lora_rank as i32,
-        // wq_b and the indexer's wq_b share this input and its format (check_dims).
-        quant_blk: if st.official && layer.wq_b.act_quant() {
-            ACT_BLOCK
-        } else {
-            0
-        },
-        eps: cfg.rms_norm_eps,
-    };
+    // wq_b and the indexer's wq_b share this input and its format (check_dims).
+    let quant = st.official && layer.wq_b.act_quant();
+    let p = row_prep::q_norm(s, layer, &mut sc.act, rows, quant);
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("q norm")?;
     // wq_b and the indexer's wq_b read the same qr: one launch.
-    let qr = dptr(&sc.qr, s);
-    let q_job = Job::linear(&layer.wq_b, qr, dptr_mut(&mut sc.q_f32, s), s);
+    let qr = dptr(&sc.act.qr, s);
+    let q_job = Job::linear(&layer.wq_b, qr, dptr_mut(&mut sc.act.q_f32, s), s);
     let (k, wt) = (cfg.q_lora_rank, layer.wq_b.wt);
     match &layer.index {
         Some(ix) => {
-            let iq_job = Job::linear(&ix.wq_b, qr, dptr_mut(&mut sc.iq_f32, s), s);
+            let iq_job = Job::linear(&ix.wq_b, qr, dptr_mut(&mut sc.act.iq_f32, s), s);
             st.gemv(wt, k, false, &[q_job, iq_job], sc)?;
         }
         None => st.gemv(wt, k, false, &[q_job], sc)?,
@@ -263,13 +239,13 @@ fn project(
         ..Default::default()
     };
     let q = AttnVecPrep {
-        x: dptr(&sc.q_f32, s),
-        out: dptr_mut(&mut sc.q, s),
+        x: dptr(&sc.act.q_f32, s),
+        out: dptr_mut(&mut sc.act.q, s),
         x_stride: hd as i32,
         ..base
     };
     let kv = AttnVecPrep {
-        x: dptr(&sc.kv_f32, s),
+        x: dptr(&sc.act.kv_f32, s),
         norm_w: dptr(&layer.kv_norm, s),
         slots: st.slots,
         out: dptr_mut(&mut state.ring, s),
@@ -288,10 +264,10 @@ fn project(
         // The indexer's queries (iq_f32 came with wq_b): no norm, Hadamard + Q4 in official numerics.
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         let iq = AttnVecPrep {
-            x: dptr(&sc.iq_f32, s),
+            x: dptr(&sc.act.iq_f32, s),
             freqs: dptr(&layer.freqs, s),
             positions: st.positions,
-            out: dptr_mut(&mut sc.iq, s),
+            out: dptr_mut(&mut sc.act.iq, s),
             x_stride: (ih * id) as i32,
             dim: id as i32,
             rdim: cfg.qk_rope_head_dim as i32,
@@ -313,10 +289,10 @@ fn project(
 }
 
 /// The stacked bf16 compressor/indexer projection of the block input `a` (not the FP8-quantised xq: the
-/// compressors and weights_proj run in bf16) into `sc.proj`, on the side stream: forked from the work stream
-/// here, joined back at the end of [`project`] before the compressors read it. The chains write disjoint
-/// buffers (the side one only `proj` and its own split-K scratch), so eager runs and graph replays (the fork
-/// becomes parallel branches) give the same bits.
+/// compressors and weights_proj run in bf16) into `sc.act.proj`, on the side stream: forked from the work
+/// stream here, joined back at the end of [`project`] before the compressors read it. The chains write
+/// disjoint buffers (the side one only `proj` and its own split-K scratch), so eager runs and graph replays
+/// (the fork becomes parallel branches) give the same bits.
 fn fork_lin(
     st: &Step<'_>,
     layer: &AttnLayer,
@@ -332,7 +308,7 @@ fn fork_lin(
     let job = Job {
         x: dptr(a, &side),
         w: dptr(lin, &side),
-        out: dptr_mut(&mut sc.proj, &side),
+        out: dptr_mut(&mut sc.act.proj, &side),
         n: layer.lin_rows,
         ..Default::default()
     };
@@ -364,7 +340,7 @@ fn output(
         cfg.o_lora_rank,
     );
     // All groups in one launch: group g reads o[g] [rows, g_in] bf16 and writes u_f32[g] [rows, lora].
-    let (o, u) = (dptr(&sc.o, s), dptr_mut(&mut sc.u_f32, s));
+    let (o, u) = (dptr(&sc.act.o, s), dptr_mut(&mut sc.act.u_f32, s));
     let mut jobs = [Job::default(); GEMV_GROUPS];
     let groups = layer.wo_a.len().min(GEMV_GROUPS);
     for (g, w) in layer.wo_a.iter().take(groups).enumerate() {
@@ -374,24 +350,18 @@ fn output(
     // The groups share one format (check_dims).
     st.gemv(layer.wo_a[0].wt, g_in, false, &jobs[..groups], sc)?;
     st.mark("wo_a")?;
-    let p = AttnRowPrep {
-        x: dptr(&sc.u_f32, s),
-        out: dptr_mut(&mut sc.u, s),
-        x_f32: 1,
-        groups: cfg.o_groups as i32,
-        rows: rows as i32,
-        width: lora as i32,
-        quant_blk: if st.official && layer.wo_b.act_quant() {
-            ACT_BLOCK
-        } else {
-            0
-        },
-        ..Default::default()
-    };
+    let p = row_prep::regroup(
+        dptr(&sc.act.u_f32, s),
+        dptr_mut(&mut sc.act.u, s),
+        cfg.o_groups,
+        rows,
+        lora,
+        st.official && layer.wo_b.act_quant(),
+    );
     // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("u quant")?;
-    let job = Job::linear(&layer.wo_b, dptr(&sc.u, s), dptr_mut(out, s), s);
+    let job = Job::linear(&layer.wo_b, dptr(&sc.act.u, s), dptr_mut(out, s), s);
     st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
     st.mark("wo_b")
 }

@@ -4,11 +4,13 @@
 //! - [`AttnLayer`]: device weights of one block (FP8 linears read directly, see `layer.rs`).
 //! - [`AttnState`]: window ring, compressed KV, indexer keys and compressor states per slot.
 //! - [`decode`]: one token per row, graph-capturable; [`StepMeta`] carries slots/positions on the device.
+mod acts;
 mod decode;
 mod error;
 mod layer;
 pub mod rank;
 mod rope;
+pub(crate) mod row_prep;
 mod scratch;
 mod stack;
 mod stages;
@@ -16,6 +18,7 @@ mod state;
 mod step;
 mod synth;
 
+pub use acts::AttnActs;
 pub use decode::{decode, decode_heads, decode_profiled, DecodeIn};
 pub use error::GpuError;
 pub(crate) use layer::upload_linear;

@@ -1,5 +1,5 @@
 //! The output projection of one tensor-parallel rank (the GPU side of `parallel::tp`): the rank's heads
-//! (in `sc.o` after [`super::decode_heads`]) through its groups' `wo_a` columns into latents, then its
+//! (in `sc.act.o` after [`super::decode_heads`]) through its groups' `wo_a` columns into latents, then its
 //! owned groups' `wo_b` columns into an f32 partial `[rows, hidden]` that the ranks sum.
 //!
 //! Without a latent exchange (every rank holds whole groups and the FP8 activation blocks of `wo_b`'s
@@ -11,16 +11,12 @@ use super::error::{ensure, GpuError};
 use super::layer::{AttnLayer, Fp8Linear};
 use super::scratch::AttnScratch;
 use super::step::{Job, Step};
-use super::{dptr, dptr_mut};
+use super::{dptr, dptr_mut, row_prep};
 use crate::api::Numerics;
-use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
 use dsv4_kernels::{GemvWeights, GEMV_GROUPS};
 use std::ops::Range;
-
-/// FP8 activation-quant block of the official numerics.
-const ACT_BLOCK: i32 = 128;
 
 /// A rank's share of the grouped output projection. The rank's `AttnLayer` has `o_groups` = the groups
 /// its heads touch (equal heads in each) and `wo_a` = those groups' columns of its heads.
@@ -127,7 +123,7 @@ pub fn latent(
         let n = out.exchange_len(rows, lora);
         s.memset_zeros(&mut ro.lat.slice_mut(..n))?;
     }
-    let (o, lat) = (dptr(&sc.o, s), dptr_mut(&mut ro.lat, s));
+    let (o, lat) = (dptr(&sc.act.o, s), dptr_mut(&mut ro.lat, s));
     let mut jobs = [Job::default(); GEMV_GROUPS];
     for (i, w) in layer.wo_a.iter().enumerate() {
         let x = o + (2 * i * rows * g_in) as u64;
@@ -161,16 +157,14 @@ pub fn project(
     } else {
         out.owned.len()
     };
-    let p = AttnRowPrep {
-        x: dptr(&ro.lat, s),
-        out: dptr_mut(&mut ro.u, s),
-        x_f32: 1,
-        groups: groups as i32,
-        rows: rows as i32,
-        width: lora as i32,
-        quant_blk: if st.official { ACT_BLOCK } else { 0 },
-        ..Default::default()
-    };
+    let p = row_prep::regroup(
+        dptr(&ro.lat, s),
+        dptr_mut(&mut ro.u, s),
+        groups,
+        rows,
+        lora,
+        st.official,
+    );
     // SAFETY: lat holds groups x rows x lora f32 and u rows x groups*lora bf16 (RankOutScratch sizes them
     // for every group at max_rows).
     unsafe { ctx.launch_attn_row_prep(s, &p) }?;

@@ -1,13 +1,13 @@
 //! Per-step scratch buffers of the attention block, sized once for `max_rows` rows (no allocation in
 //! `decode`, so a captured graph replays with the same addresses).
+use super::acts::{lin_max, AttnActs};
 use super::error::{ensure, GpuError};
 use crate::gpu::workspace::SideStream;
 use crate::model::ModelConfig;
 use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{
-    bf16, gemv_cnt_len, gemv_splits_max, gemv_ws_len, GemvScratch, GemvWeights, GpuContext,
-    GEMV_ROW_TILE,
+    gemv_cnt_len, gemv_splits_max, gemv_ws_len, GemvScratch, GemvWeights, GpuContext, GEMV_ROW_TILE,
 };
 
 /// Largest batch of `fp8_gemv`.
@@ -19,24 +19,12 @@ pub struct AttnScratch {
     pub splits: Vec<usize>,
     /// Blocks per row of the indexer scoring.
     pub score_blocks: Vec<usize>,
-    /// The FP8 fake quantisation of the step's block input (official numerics, FP8 wq_a): written by the
-    /// step itself or, when [`super::DecodeIn::xq_ready`] says so, by the caller's HCPre.
-    pub xq: CudaSlice<bf16>,
-    pub qr_f32: CudaSlice<f32>,
-    pub kv_f32: CudaSlice<f32>,
-    pub qr: CudaSlice<bf16>,
-    pub q_f32: CudaSlice<f32>,
-    pub q: CudaSlice<bf16>,
-    pub proj: CudaSlice<f32>,
-    pub iq_f32: CudaSlice<f32>,
-    pub iq: CudaSlice<bf16>,
-    pub sel: CudaSlice<i32>,
+    /// The per-row intermediates shared with prefill. `act.xq` is written by the step itself or, when
+    /// [`super::DecodeIn::xq_ready`] says so, by the caller's HCPre.
+    pub act: AttnActs,
+    /// Split-key partial outputs and (max, sum) pairs of the sparse attention, merged into `act.o`.
     pub part_o: CudaSlice<f32>,
     pub part_ml: CudaSlice<f32>,
-    /// Attention output in group-major layout `[groups, rows, heads·head_dim/groups]`.
-    pub o: CudaSlice<bf16>,
-    pub u_f32: CudaSlice<f32>,
-    pub u: CudaSlice<bf16>,
     /// Split-K partials and arrival counters of the grouped GEMVs (counters zero between launches).
     pub gemv: GemvScratch,
     /// The stacked bf16 compressor/indexer projection runs on this side stream beside the q/kv chain (it
@@ -93,7 +81,7 @@ impl AttnScratch {
             .map(|n| (2 * sms).div_ceil(n).clamp(1, 1024))
             .collect();
         let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
-        let lin_max = 4 * cfg.head_dim + 4 * id + ih;
+        let lin_max = lin_max(cfg);
         let lora = cfg.o_groups * cfg.o_lora_rank;
         // Every grouped GEMV of `decode` (see decode.rs), its linears FP8 or bf16 (the split-K plan depends
         // on the format); the stacked bf16 matrix has at most lin_max rows.
@@ -122,21 +110,9 @@ impl AttnScratch {
             max_rows,
             splits,
             score_blocks,
-            xq: s.alloc_zeros(r * d)?,
-            qr_f32: s.alloc_zeros(r * cfg.q_lora_rank)?,
-            kv_f32: s.alloc_zeros(r * cfg.head_dim)?,
-            qr: s.alloc_zeros(r * cfg.q_lora_rank)?,
-            q_f32: s.alloc_zeros(r * hd)?,
-            q: s.alloc_zeros(r * hd)?,
-            proj: s.alloc_zeros(r * lin_max)?,
-            iq_f32: s.alloc_zeros(r * ih * id)?,
-            iq: s.alloc_zeros(r * ih * id)?,
-            sel: s.alloc_zeros(r * cfg.index_topk.max(1))?,
+            act: AttnActs::new(s, cfg, r, 0)?,
             part_o: s.alloc_zeros(row_splits * hd)?,
             part_ml: s.alloc_zeros(row_splits * h * 2)?,
-            o: s.alloc_zeros(r * hd)?,
-            u_f32: s.alloc_zeros(r * lora)?,
-            u: s.alloc_zeros(r * lora)?,
             gemv: GemvScratch::new(s, ws, cnt)?,
             lin_side: SideStream::new(ctx)?,
             gemv_lin: GemvScratch::new(s, lin_ws, lin_cnt)?,

@@ -105,13 +105,13 @@ pub(super) fn compress(
     if n == 0 {
         return Ok(());
     }
-    // SAFETY: proj holds rows x lin_rows f32 (scratch.proj, checked), ape/norm/freqs are the layer's, the
+    // SAFETY: proj holds rows x lin_rows f32 (scratch.act.proj, checked), ape/norm/freqs are the layer's, the
     // state and cache buffers are [slots, ...] of this layer kind, meta holds `rows` slots < state.slots.
     unsafe { st.ctx.launch_attn_compress(st.s, st.rows, &jobs[..n]) }?;
     st.mark("compress")
 }
 
-/// CSA: indexer keys, queries, scores over the live entries, top-k into `sc.sel`.
+/// CSA: indexer keys, queries, scores over the live entries, top-k into `sc.act.sel`.
 pub(super) fn indexer(
     st: &Step<'_>,
     layer: &AttnLayer,
@@ -129,8 +129,8 @@ pub(super) fn indexer(
     let (shape, scale) = index_score_shape(s, layer, ix, keys);
     let p = AttnIndexScore {
         core: IndexScoreCore {
-            q: dptr(&sc.iq, s),
-            wts: dptr(&sc.proj, s) + 4 * ix.wts_off as u64,
+            q: dptr(&sc.act.iq, s),
+            wts: dptr(&sc.act.proj, s) + 4 * ix.wts_off as u64,
             slots: st.slots,
             positions: st.positions,
             scores: dptr_mut(scores, s),
@@ -149,7 +149,7 @@ pub(super) fn indexer(
         scores: dptr(scores, s),
         slots: st.slots,
         positions: st.positions,
-        sel: dptr_mut(&mut sc.sel, s),
+        sel: dptr_mut(&mut sc.act.sel, s),
         cap,
         ratio: ix.comp.ratio as i32,
         k,
@@ -174,11 +174,11 @@ pub(super) fn attend(
         _ => (0, 0, 0),
     };
     let p = AttnSparse {
-        q: dptr(&sc.q, s),
+        q: dptr(&sc.act.q, s),
         ring: dptr(&state.ring, s),
         comp,
         sel: if layer.index.is_some() {
-            dptr(&sc.sel, s)
+            dptr(&sc.act.sel, s)
         } else {
             0
         },
@@ -205,7 +205,7 @@ pub(super) fn attend(
         sink: dptr(&layer.sink, s),
         freqs: dptr(&layer.freqs, s),
         positions: st.positions,
-        out: dptr_mut(&mut sc.o, s),
+        out: dptr_mut(&mut sc.act.o, s),
         splits: splits as i32,
         heads: cfg.num_attention_heads as i32,
         dim: cfg.head_dim as i32,

@@ -10,20 +10,16 @@ use super::ws::{
 };
 use super::PrefillHook;
 use crate::gpu::attention::{
-    compress_params, dptr, dptr_mut, index_score_shape, AttnLayer, AttnState, CompCache,
+    compress_params, dptr, dptr_mut, index_score_shape, row_prep, AttnLayer, AttnState, CompCache,
     CompressorDev,
 };
 use crate::gpu::RunnerError;
 use dsv4_kernels::attn::{
-    AttnIndexTopk, AttnRowPrep, AttnVecPrep, IndexScoreCore, QUANT_HAD_Q4, QUANT_NONE,
-    QUANT_Q8_NOPE,
+    AttnIndexTopk, AttnVecPrep, IndexScoreCore, QUANT_HAD_Q4, QUANT_NONE, QUANT_Q8_NOPE,
 };
 use dsv4_kernels::cudarc::driver::CudaStream;
 use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing, PfWeights};
 use dsv4_kernels::GpuContext;
-
-/// FP8 activation-quant block of the official numerics.
-const ACT_BLOCK: i32 = 128;
 
 /// What every stage needs besides buffers.
 pub(super) struct Call<'a> {
@@ -64,7 +60,7 @@ pub(super) fn attention(
     hook("attn.out")
 }
 
-/// Every stage up to the heads' output `ws.attn.o` (group-major), updating `state`.
+/// Every stage up to the heads' output `ws.attn.act.o` (group-major), updating `state`.
 pub(super) fn heads(
     c: &Call<'_>,
     layer: &AttnLayer,
@@ -74,7 +70,7 @@ pub(super) fn heads(
 ) -> Result<(), RunnerError> {
     project(c, layer, ws)?;
     hook("attn.proj")?;
-    let proj = dptr(&ws.attn.proj, c.s);
+    let proj = dptr(&ws.attn.act.proj, c.s);
     if let (Some(comp), Some(cache)) = (&layer.comp, state.comp.as_mut()) {
         compress(c, ws, layer, comp, cache, proj, QUANT_Q8_NOPE)?;
     }
@@ -95,20 +91,12 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     let d = cfg.hidden_size;
     let b = &mut ws.attn;
     if c.official {
-        let p = AttnRowPrep {
-            x: dptr(&ws.io.a, s),
-            out: dptr_mut(&mut b.xq, s),
-            groups: 1,
-            rows: rows as i32,
-            width: d as i32,
-            quant_blk: ACT_BLOCK,
-            ..Default::default()
-        };
+        let p = row_prep::quant_input(dptr(&ws.io.a, s), dptr_mut(&mut b.act.xq, s), rows, d);
         // SAFETY: a and xq hold rows x hidden bf16.
         unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
     }
     let x = if c.official {
-        dptr(&b.xq, s)
+        dptr(&b.act.xq, s)
     } else {
         dptr(&ws.io.a, s)
     };
@@ -118,7 +106,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             x,
             &layer.wq_a.w,
             &layer.wq_a.scale,
-            dptr_mut(&mut b.qr_f32, s),
+            dptr_mut(&mut b.act.qr_f32, s),
             layer.wq_a.n,
         ),
         Job::new(
@@ -126,31 +114,21 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             x,
             &layer.wkv.w,
             &layer.wkv.scale,
-            dptr_mut(&mut b.kv_f32, s),
+            dptr_mut(&mut b.act.kv_f32, s),
             layer.wkv.n,
         ),
     ];
     gemm::fp8(c, rows, d, false, &jobs)?;
-    let p = AttnRowPrep {
-        x: dptr(&b.qr_f32, s),
-        norm_w: dptr(&layer.q_norm, s),
-        out: dptr_mut(&mut b.qr, s),
-        x_f32: 1,
-        groups: 1,
-        rows: rows as i32,
-        width: cfg.q_lora_rank as i32,
-        quant_blk: if c.official { ACT_BLOCK } else { 0 },
-        eps: cfg.rms_norm_eps,
-    };
+    let p = row_prep::q_norm(s, layer, &mut b.act, rows, c.official);
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
     unsafe { c.ctx.launch_attn_row_prep(s, &p) }?;
-    let qr = dptr(&b.qr, s);
+    let qr = dptr(&b.act.qr, s);
     let mut jobs = vec![Job::new(
         s,
         qr,
         &layer.wq_b.w,
         &layer.wq_b.scale,
-        dptr_mut(&mut b.q_f32, s),
+        dptr_mut(&mut b.act.q_f32, s),
         layer.wq_b.n,
     )];
     if let Some(ix) = &layer.index {
@@ -159,7 +137,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             qr,
             &ix.wq_b.w,
             &ix.wq_b.scale,
-            dptr_mut(&mut b.iq_f32, s),
+            dptr_mut(&mut b.act.iq_f32, s),
             ix.wq_b.n,
         ));
     }
@@ -176,8 +154,8 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
     };
     let b = &mut ws.attn;
     let q = AttnVecPrep {
-        x: dptr(&b.q_f32, s),
-        out: dptr_mut(&mut b.q, s),
+        x: dptr(&b.act.q_f32, s),
+        out: dptr_mut(&mut b.act.q, s),
         x_stride: hd as i32,
         ..base
     };
@@ -187,7 +165,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             .launch_attn_vec_prep(s, rows, &[(cfg.num_attention_heads, q)])
     }?;
     let kv = AttnVecPrep {
-        x: dptr(&b.kv_f32, s),
+        x: dptr(&b.act.kv_f32, s),
         norm_w: dptr(&layer.kv_norm, s),
         out: dptr_mut(&mut b.kv, s),
         x_stride: cfg.head_dim as i32,
@@ -202,7 +180,7 @@ fn project(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Ru
             s,
             dptr(&ws.io.a, s),
             lin,
-            dptr_mut(&mut b.proj, s),
+            dptr_mut(&mut b.act.proj, s),
             layer.lin_rows,
         );
         gemm::dense(c.ctx, s, PfWeights::Bf16, rows, d, false, &[job])?;
@@ -239,7 +217,7 @@ fn compress(
     Ok(())
 }
 
-/// Indexer queries, scores of each row group against its visible keys, top-k into `ws.attn.sel`.
+/// Indexer queries, scores of each row group against its visible keys, top-k into `ws.attn.act.sel`.
 fn indexer(
     c: &Call<'_>,
     layer: &AttnLayer,
@@ -252,10 +230,10 @@ fn indexer(
     let (s, cfg, rows) = (c.s, &layer.cfg, c.plan.rows);
     let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
     let p = AttnVecPrep {
-        x: dptr(&ws.attn.iq_f32, s),
+        x: dptr(&ws.attn.act.iq_f32, s),
         freqs: dptr(&layer.freqs, s),
         positions: c.meta(ws, META_POSITIONS, 0),
-        out: dptr_mut(&mut ws.attn.iq, s),
+        out: dptr_mut(&mut ws.attn.act.iq, s),
         x_stride: (ih * id) as i32,
         dim: id as i32,
         rdim: cfg.qk_rope_head_dim as i32,
@@ -269,8 +247,8 @@ fn indexer(
     for g in &c.plan.score_groups {
         let sp = PfIndexScore {
             core: IndexScoreCore {
-                q: dptr(&ws.attn.iq, s),
-                wts: at(&ws.attn.proj, s, ix.wts_off),
+                q: dptr(&ws.attn.act.iq, s),
+                wts: at(&ws.attn.act.proj, s, ix.wts_off),
                 slots: c.meta(ws, META_SLOTS, 0),
                 positions: c.meta(ws, META_POSITIONS, 0),
                 scores: dptr_mut(&mut ws.attn.scores, s),
@@ -286,7 +264,7 @@ fn indexer(
             scores: dptr(&ws.attn.scores, s),
             slots: c.meta(ws, META_ROWID, 0),
             positions: c.meta(ws, META_POSITIONS, g.begin),
-            sel: at_mut(&mut ws.attn.sel, s, g.begin * cfg.index_topk),
+            sel: at_mut(&mut ws.attn.act.sel, s, g.begin * cfg.index_topk),
             cap,
             ratio: ix.comp.ratio as i32,
             k,
@@ -311,12 +289,12 @@ fn attend(
         _ => (0, 0, 0),
     };
     let p = PfAttn {
-        q: dptr(&ws.attn.q, s),
+        q: dptr(&ws.attn.act.q, s),
         kv: dptr(&ws.attn.kv, s),
         ring: dptr(&state.ring, s),
         comp,
         sel: if layer.index.is_some() {
-            dptr(&ws.attn.sel, s)
+            dptr(&ws.attn.act.sel, s)
         } else {
             0
         },
@@ -326,7 +304,7 @@ fn attend(
         pos0: c.meta(ws, META_POS0, 0),
         sink: dptr(&layer.sink, s),
         freqs: dptr(&layer.freqs, s),
-        out: dptr_mut(&mut ws.attn.o, s),
+        out: dptr_mut(&mut ws.attn.act.o, s),
         heads: cfg.num_attention_heads as i32,
         dim: cfg.head_dim as i32,
         window: state.window as i32,
@@ -371,19 +349,19 @@ fn ring_write(
 fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), RunnerError> {
     let (s, groups) = (c.s, layer.cfg.o_groups);
     let slots: Vec<usize> = (0..groups).collect();
-    let lat = dptr_mut(&mut ws.attn.u_f32, s);
+    let lat = dptr_mut(&mut ws.attn.act.u_f32, s);
     wo_a(c, layer, ws, lat, &slots)?;
     let b = &mut ws.attn;
     regroup(
         c,
         &layer.cfg,
-        dptr(&b.u_f32, s),
+        dptr(&b.act.u_f32, s),
         groups,
-        dptr_mut(&mut b.u, s),
+        dptr_mut(&mut b.act.u, s),
     )?;
     let job = Job::new(
         s,
-        dptr(&b.u, s),
+        dptr(&b.act.u, s),
         &layer.wo_b.w,
         &layer.wo_b.scale,
         dptr_mut(&mut ws.io.attn_out, s),
@@ -392,7 +370,7 @@ fn output(c: &Call<'_>, layer: &AttnLayer, ws: &mut PrefillWs) -> Result<(), Run
     gemm::fp8(c, c.plan.rows, layer.wo_b.k, true, &[job])
 }
 
-/// `wo_a` of every group of the heads' output `ws.attn.o` into the f32 latents at `lat`
+/// `wo_a` of every group of the heads' output `ws.attn.act.o` into the f32 latents at `lat`
 /// (`[slots, rows, o_lora_rank]`, group i at slot `slots[i]`).
 pub(super) fn wo_a(
     c: &Call<'_>,
@@ -411,7 +389,7 @@ pub(super) fn wo_a(
             layer.wo_a.len()
         )));
     }
-    let o = dptr(&ws.attn.o, s);
+    let o = dptr(&ws.attn.act.o, s);
     let jobs: Vec<Job> = layer
         .wo_a
         .iter()
@@ -444,16 +422,7 @@ pub(super) fn regroup(
     groups: usize,
     out: u64,
 ) -> Result<(), RunnerError> {
-    let p = AttnRowPrep {
-        x: lat,
-        out,
-        x_f32: 1,
-        groups: groups as i32,
-        rows: c.plan.rows as i32,
-        width: cfg.o_lora_rank as i32,
-        quant_blk: if c.official { ACT_BLOCK } else { 0 },
-        ..Default::default()
-    };
+    let p = row_prep::regroup(lat, out, groups, c.plan.rows, cfg.o_lora_rank, c.official);
     // SAFETY: the callers pass lat holding groups x rows x lora f32 and out rows x groups*lora bf16.
     unsafe { c.ctx.launch_attn_row_prep(c.s, &p) }?;
     Ok(())

@@ -2,6 +2,7 @@
 
 use super::super::workspace::{zeros, BlockIo, ExpertBufs};
 use super::super::RunnerError;
+use crate::gpu::attention::AttnActs;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, pf_max_tiles, GpuContext};
@@ -36,28 +37,15 @@ pub struct PrefillWs {
     pub wbf: Option<CudaSlice<bf16>>,
 }
 
-/// Attention intermediates (names as in the decode scratch).
+/// Attention intermediates: the per-row ones shared with the decode scratch, plus what only a call of many
+/// rows needs.
 pub struct AttnBufs {
-    pub xq: CudaSlice<bf16>,
-    pub qr_f32: CudaSlice<f32>,
-    pub kv_f32: CudaSlice<f32>,
-    pub qr: CudaSlice<bf16>,
-    pub q_f32: CudaSlice<f32>,
-    pub q: CudaSlice<bf16>,
+    pub act: AttnActs,
     /// This call's window rows bf16 [rows, head_dim].
     pub kv: CudaSlice<bf16>,
-    /// Stacked bf16 projections (compressors, weights_proj) f32 [rows, lin_max].
-    pub proj: CudaSlice<f32>,
-    pub iq_f32: CudaSlice<f32>,
-    pub iq: CudaSlice<bf16>,
-    pub sel: CudaSlice<i32>,
     /// Indexer scores of one row group: [score_rows, cap].
     pub scores: CudaSlice<f32>,
     pub score_rows: usize,
-    /// Group-major attention output [groups, rows, heads·head_dim/groups].
-    pub o: CudaSlice<bf16>,
-    pub u_f32: CudaSlice<f32>,
-    pub u: CudaSlice<bf16>,
 }
 
 /// MoE intermediates; routed ones are per slot (row·topk + k).
@@ -68,11 +56,6 @@ pub struct MoeBufs {
     pub order: CudaSlice<i32>,
     pub tiles: CudaSlice<i32>,
     pub ex: ExpertBufs,
-}
-
-/// The widest stacked bf16 projection of any block (CSA: both compressors and weights_proj).
-pub fn lin_max(cfg: &ModelConfig) -> usize {
-    4 * cfg.head_dim + 4 * cfg.index_head_dim + cfg.index_n_heads
 }
 
 /// bf16 elements of the largest dense FP8 GEMM launch's weights (all groups): wq_a + wkv, wq_b + the
@@ -118,28 +101,14 @@ impl PrefillWs {
         max_context: usize,
     ) -> Result<Self, RunnerError> {
         let t = max_tokens.max(1);
-        let (d, hd) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim);
         let cap = index_cap(max_context);
         let score_rows = (SCORE_BYTES / (4 * cap)).clamp(1, t);
-        let lora = cfg.o_groups * cfg.o_lora_rank;
-        let (ih, id) = (cfg.index_n_heads, cfg.index_head_dim);
         let attn = AttnBufs {
-            xq: zeros(ctx, t * d)?,
-            qr_f32: zeros(ctx, t * cfg.q_lora_rank)?,
-            kv_f32: zeros(ctx, t * cfg.head_dim)?,
-            qr: zeros(ctx, t * cfg.q_lora_rank)?,
-            q_f32: zeros(ctx, t * hd)?,
-            q: zeros(ctx, t * hd)?,
+            // Every buffer of the workspace has at least one element (see `zeros`).
+            act: AttnActs::new(&ctx.stream, cfg, t, 1)?,
             kv: zeros(ctx, t * cfg.head_dim)?,
-            proj: zeros(ctx, t * lin_max(cfg))?,
-            iq_f32: zeros(ctx, t * ih * id)?,
-            iq: zeros(ctx, t * ih * id)?,
-            sel: zeros(ctx, t * cfg.index_topk.max(1))?,
             scores: zeros(ctx, score_rows * cap)?,
             score_rows,
-            o: zeros(ctx, t * hd)?,
-            u_f32: zeros(ctx, t * lora)?,
-            u: zeros(ctx, t * lora)?,
         };
         let (e, k) = (cfg.n_routed_experts, cfg.num_experts_per_tok);
         let slots = t * k;
@@ -177,15 +146,12 @@ impl PrefillWs {
     /// Device bytes of a workspace for `max_tokens` rows (for memory planning), without allocating.
     pub fn bytes_for(cfg: &ModelConfig, max_tokens: usize, max_context: usize) -> usize {
         let t = max_tokens.max(1);
-        let (d, hd) = (cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim);
+        let d = cfg.hidden_size;
         let cap = index_cap(max_context);
         let score_rows = (SCORE_BYTES / (4 * cap)).clamp(1, t);
-        let lora = cfg.o_groups * cfg.o_lora_rank;
-        let iq = cfg.index_n_heads * cfg.index_head_dim;
         let (e, k) = (cfg.n_routed_experts, cfg.num_experts_per_tok);
-        let attn = t * (2 * d + 6 * cfg.q_lora_rank + 6 * cfg.head_dim + 6 * hd + 4 * lin_max(cfg))
-            + t * (6 * iq + 4 * cfg.index_topk + 6 * lora)
-            + 4 * score_rows * cap;
+        // The shared per-row buffers, this call's window rows (kv, bf16) and one group's indexer scores.
+        let attn = t * (AttnActs::bytes_per_row(cfg) + 2 * cfg.head_dim) + 4 * score_rows * cap;
         let moe = t * (4 * e + 12 * k) + ExpertBufs::bytes_for(t, t * k, cfg);
         let rest = t * (4 + 4 * META_ARRAYS) + BlockIo::bytes_for(t, d);
         // The wgmma weight scratch, counted whether or not the device will allocate it.
