@@ -346,8 +346,14 @@ fn index_topk_matches_cpu_with_ties() {
     let Some(ctx) = gpu() else { return };
     let s = &ctx.stream;
     let k = 512usize;
-    // cap 16390 (the bench's 64K context: keys in shared memory) and 30000 (read from L2 every pass).
-    for (cap, pos) in [(16390usize, 65561i32), (30000, 119_999)] {
+    // cap 16390 (the bench's 64K context: keys in shared memory), the largest staged cap (padded slots up
+    // to the shared-memory limit) and 30000 (read from L2 every pass).
+    let most = dsv4_kernels::attn::TOPK_STAGED_MAX;
+    for (cap, pos) in [
+        (16390usize, 65561i32),
+        (most, 4 * most as i32 - 1),
+        (30000, 119_999),
+    ] {
         let n = ((pos as usize + 1) / 4).min(cap);
         // Coarse values so that many scores tie, negatives and zeros included.
         let scores: Vec<f32> = (0..cap)

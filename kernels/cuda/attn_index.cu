@@ -18,8 +18,9 @@
 //   warp-aggregated atomics; the bin holding the k-th largest found by a parallel suffix scan), stopping
 //   early once the chosen bin is taken whole; then one ordered pass where each thread owns a contiguous
 //   segment (two block scans: ties before the threshold, then output positions). Deterministic. The keys
-//   are staged once in dynamic shared memory when cap <= 24576 (96 KB, within sm_120's limit), else every
-//   pass reads the scores again (L2). Launch: grid rows, block 1024; k <= 1024.
+//   are staged once in dynamic shared memory (one padding word per 32 keys, see topk_slot) when cap <=
+//   TOPK_STAGED_MAX (attn_params.rs: within sm_120's 99 KB), else every pass reads the scores again (L2).
+//   Launch: grid rows, block 1024; k <= 1024.
 // Variants (H200, B1, eager with ~5 us launch gaps): v1 CUDA-core scoring (lane = head, f32 FMA) 15 us at
 //   pos 4095, 41 us at 65534; v1 top-k (serial 256-bin scans in one thread, two 3-barrier scans per 1024
 //   scores) 28 / 52 us. v2 (this): scoring 8.4 / 9.0 us; top-k 8.6 / 39 us with the keys read from L2 every
@@ -147,8 +148,13 @@ __device__ __forceinline__ int attn_block_scan(int v, int* sh, int* total) {
     return (warp > 0 ? sh[warp - 1] : 0) + x - v;
 }
 
+// Shared-memory slot of staged key i: one padding word per 32 keys, so that the ordered pass, where thread t
+// reads its contiguous segment t * seg + j, hits 32 distinct banks (at 64K context seg = 16 made that a
+// 16-way bank conflict on every read of both segment loops).
+__device__ __forceinline__ int topk_slot(int i) { return i + (i >> 5); }
+
 extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk p) {
-    extern __shared__ u32 keys_s[];  // [n] order keys when p.staged
+    extern __shared__ u32 keys_s[];  // order keys at topk_slot(i) when p.staged
     __shared__ int hist[256];
     __shared__ int sh[33];
     __shared__ u32 chosen[3];
@@ -167,10 +173,10 @@ extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk
     const bool staged = p.staged != 0;
     if (staged) {
 #pragma unroll 4
-        for (int i = threadIdx.x; i < n; i += blockDim.x) keys_s[i] = attn_order_key(__ldcg(s + i));
+        for (int i = threadIdx.x; i < n; i += blockDim.x) keys_s[topk_slot(i)] = attn_order_key(__ldcg(s + i));
         __syncthreads();
     }
-    auto key = [&](int i) -> u32 { return staged ? keys_s[i] : attn_order_key(__ldcg(s + i)); };
+    auto key = [&](int i) -> u32 { return staged ? keys_s[topk_slot(i)] : attn_order_key(__ldcg(s + i)); };
     u32 prefix = 0, mask = 0;
     int remaining = p.k;
     for (int shift = 24; shift >= 0; shift -= 8) {

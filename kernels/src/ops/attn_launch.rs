@@ -171,7 +171,7 @@ impl GpuContext {
         let c = cfg(
             (grid(NAME, rows)?, 1, 1),
             1024,
-            if staged { 4 * cap } else { 0 },
+            if staged { topk_staged_bytes(cap) } else { 0 },
         );
         // SAFETY: caller's contract; the kernel stages at most cap keys in the shared memory given here.
         unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, &q) }

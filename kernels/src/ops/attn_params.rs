@@ -27,8 +27,15 @@ pub const INDEX_MAX_HEADS: usize = 64;
 pub const INDEX_MAX_DIM: usize = 128;
 /// Largest top-k of `attn_index_topk`.
 pub const TOPK_MAX: usize = 1024;
-/// Most scores per row that `attn_index_topk` stages in shared memory (96 KB; sm_120 allows 99 KB).
-pub const TOPK_STAGED_MAX: usize = 24576;
+/// Most scores per row that `attn_index_topk` stages in shared memory: with one padding word per 32 keys
+/// ([`topk_staged_bytes`]) and the kernel's ~1.2 KB of static shared memory, within the 99 KB a block may
+/// have on sm_120.
+pub const TOPK_STAGED_MAX: usize = 24064;
+
+/// Dynamic shared memory of `attn_index_topk` staging `cap` keys (attn_index.cu `topk_slot`).
+pub fn topk_staged_bytes(cap: usize) -> usize {
+    4 * (cap + cap / 32 + 1)
+}
 /// Largest split count of `attn_sparse_merge`.
 pub const SPLITS_MAX: usize = 64;
 /// Heads per block of `attn_sparse_partial`.
@@ -58,7 +65,7 @@ impl AttnKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let get = |name: &'static str| super::kernel(module, name);
         let index_topk = get("attn_index_topk")?;
-        opt_in_smem(&index_topk, 4 * TOPK_STAGED_MAX)?;
+        opt_in_smem(&index_topk, topk_staged_bytes(TOPK_STAGED_MAX))?;
         let sparse_partial = get("attn_sparse_partial")?;
         // 52.4 KB at dim 512: above the 48 KB default, so opt in once here.
         opt_in_smem(&sparse_partial, sparse_smem_bytes(VEC_MAX))?;
