@@ -1,37 +1,34 @@
 // Dense prefill GEMMs on Hopper's warpgroup tensor-core instruction (wgmma.mma_async, sm_90a only), for the FP8
 // linears of a long prefill: many tokens x one block-scaled e4m3 weight.
 //
-// Math:    y[m, n] = sum_k x[m, k] * W[n, k], f32 [M, N] or bf16. Two kinds:
-//          bf16 (the engine's): x bf16 exactly as pf_gemm reads it (act_quant'ed or not), W bf16 =
-//            e4m3(Wq) * S[n/128, k/128] written by pf_fp8_to_bf16 (exact: the same bf16 weights pf_gemm builds in
-//            shared memory), products exact, f32 accumulation by the tensor core through the whole K.
-//          FP8 (measured, not used): x e4m3 codes + f32 scales [M, ceil(K/128)] (act_quant_bf16, G = 128), W
-//            e4m3 + UE8M0 scales; each 128-wide K block summed from zero by the tensor core, then scaled by
-//            s_x[m, kb] * s_w[n/128, kb] and added into f32 registers (the official per-block promotion). Hopper
-//            adds e4m3 products inside one wgmma with a truncated ~13-bit significand: rel_l2 ~2e-4 and errors
-//            12-95x the pf_gemm tests' bound (1e-5 sum|x w|), even at K = 32 (BENCH_NOTES "Prefill wgmma").
-// Layout:  x [M, K], W [N, K] row-major: both K-major, as e4m3 wgmma requires. Up to 8 groups (blockIdx.z) share
-//          M and K with their own x, W, (scales), y, N (PfWgmma), like pf_gemm.
+// Math:    y[m, n] = sum_k x[m, k] * W[n, k], f32 [M, N] or bf16. x bf16 exactly as pf_gemm reads it
+//          (act_quant'ed or not), W bf16 = e4m3(Wq) * S[n/128, k/128] written by pf_fp8_to_bf16 (exact: the
+//          same bf16 weights pf_gemm builds in shared memory), products exact, f32 accumulation by the tensor
+//          core through the whole K. Only the f32 summation order differs from pf_gemm.
+// Layout:  x [M, K], W [N, K] row-major (K-major operands). Up to 8 groups (blockIdx.z) share M and K with
+//          their own x, W, y, N (PfWgmma), like pf_gemm.
 // Launch:  grid (ceil(M/128), ceil(Nmax/128), groups), 256 threads = 2 warpgroups; warpgroup w owns rows
-//          64w..64w+63 of the 128 x 128 output tile: 4 wgmma m64n128 (k16 bf16 / k32 e4m3) per 128-byte K block.
-// Memory:  each K block of the x and W tiles is 128 rows x 128 bytes (64 bf16 / 128 e4m3): every thread copies
-//          4 + 4 16-byte chunks global -> shared with cp.async (8 consecutive threads one 128-byte row: coalesced,
+//          64w..64w+63 of the 128 x 128 output tile: 4 wgmma m64n128k16 per 128-byte (64-value) K block.
+// Memory:  each K block of the x and W tiles is 128 rows x 128 bytes: every thread copies 4 + 4 16-byte
+//          chunks global -> shared with cp.async (8 consecutive threads one 128-byte row: coalesced,
 //          conflict-free stores) into a STAGES-deep ring, 32 KB a stage, in wgmma's 128-byte-swizzle layout:
 //          row r at 128 r, chunk c at 16 (c ^ r % 8), ring aligned to 1024 B; descriptor SBO 1024 B, K steps
 //          of 32 bytes added to the start address.
 // Compute: per K block: wait for its stage, fence.proxy.async (cp.async writes are generic-proxy, wgmma reads
-//          async-proxy), barrier, refill the stage every warpgroup is done with, 4 wgmma, commit. bf16: one
-//          group stays in flight (wait 1), so the refilled stage is the one read two blocks ago; FP8: wait 0,
-//          then promote. Rows/cols past M/N are zero-filled and never stored; K tails zero-filled.
-// Constraints: K % 8 == 0 (bf16) / K % 16 == 0 (FP8, and pf_fp8_to_bf16): 16-byte chunks wholly inside or
-//          outside K. sm_90a only: elsewhere (sm_120a SASS, compute_90 PTX, NVRTC) the GEMM kernels compile to
-//          a trap and the host never selects them (GpuContext::has_wgmma); pf_fp8_to_bf16 is portable.
+//          async-proxy), barrier, refill the stage every warpgroup is done with, 4 wgmma, commit; one group
+//          stays in flight (wait 1), so the refilled stage is the one read two blocks ago. Rows/cols past M/N
+//          are zero-filled and never stored; K tails zero-filled.
+// Constraints: K % 8 == 0 (pf_fp8_to_bf16: K % 16 == 0): 16-byte chunks wholly inside or outside K. sm_90a
+//          only: elsewhere (sm_120a SASS, compute_90 PTX, NVRTC) the GEMM kernels compile to a trap and the
+//          host never selects them (GpuContext::has_wgmma); pf_fp8_to_bf16 is portable.
 // Variants / timings (H200, kbench pf, TFLOP/s at M = 1024 / 8192; kernels/BENCH_NOTES.md "Prefill wgmma"):
-//          pf_gemm_fp8 133-230 / 220-246. bf16 s6 (the engine's) 409-629 / 446-634, s4 368-525 / 413-507, s3 with
-//          two blocks per SM 343-539 / 448-515; the FP8 variant 423-637 / 478-637 (no faster than bf16 s6: the
-//          per-block barrier of this 128 x 128 tiling is the limit). pf_fp8_to_bf16 10-40 us per launch. The
-//          first FP8 version with the no-swizzle core-matrix layout (LBO 128, SBO 1024) reached only 217-283,
-//          and promoting after every k32 wgmma cost 10-15% more while still missing the bound 6-60x.
+//          pf_gemm_fp8 133-230 / 220-246. s6 (the engine's) 409-629 / 446-634, s4 368-525 / 413-507, s3 with
+//          two blocks per SM 343-539 / 448-515; pf_fp8_to_bf16 10-40 us per launch. An e4m3 x e4m3 variant
+//          (x as act_quant codes + scales, the official per-128-K promotion) ran 423-637 / 478-637, no faster
+//          (the per-block barrier of this 128 x 128 tiling is the limit), and Hopper adds e4m3 products inside
+//          one wgmma with a truncated ~13-bit significand: errors 12-95x the pf_gemm tests' bound, even at
+//          K = 32, so it was removed (code and its tests: branch `wgmma`, commit 8c1bade). The first version's
+//          no-swizzle core-matrix layout (LBO 128, SBO 1024) reached only 217-283.
 #include "common.cuh"
 
 #define PFW_GROUPS 8
@@ -39,9 +36,7 @@
 
 struct PfWgmma {
     const void* x[PFW_GROUPS];
-    const float* xs[PFW_GROUPS];  // FP8 only
     const void* w[PFW_GROUPS];
-    const u8* s[PFW_GROUPS];  // FP8 only
     void* out[PFW_GROUPS];
     int n[PFW_GROUPS];
     int M, K, out_bf16, pad;
@@ -104,21 +99,12 @@ __device__ __forceinline__ void pfw_wait() {
         "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),           \
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// d (+)= A[64 x 32 B] . B[128 x 32 B]^T (e4m3: k32, bf16: k16), f32 out; `acc` = 0 overwrites d.
-template <bool FP8>
+// d (+)= A[64 x 32 B] . B[128 x 32 B]^T (bf16, k16), f32 out; `acc` = 0 overwrites d.
 __device__ __forceinline__ void pfw_mma(float (&d)[64], u64 a, u64 b, int acc) {
-    if (FP8) {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " PFW_D64 ", %64, %65, p, 1, 1;\n}\n"
-                     : PFW_R64(d)
-                     : "l"(a), "l"(b), "r"(acc));
-    } else {
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " PFW_D64
-                     ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                     : PFW_R64(d)
-                     : "l"(a), "l"(b), "r"(acc));
-    }
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " PFW_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : PFW_R64(d)
+                 : "l"(a), "l"(b), "r"(acc));
 }
 
 // This thread's 4 chunks of a 128-row tile (chunk c = tid + 256 j: row c / 8, 16-byte column c % 8): source
@@ -150,12 +136,6 @@ __device__ __forceinline__ void pfw_load(const PfwRows& r, const void* base, int
     }
 }
 
-// acc += t * (row scale): values with (i & 2) sit 8 rows below the others.
-__device__ __forceinline__ void pfw_promote(float (&acc)[64], const float (&t)[64], float f0, float f1) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = fmaf(t[i], (i & 2) ? f1 : f0, acc[i]);
-}
-
 // Stores the warpgroup's 64 x 128 f32 tile (wgmma accumulator layout: value i of lane l of warp w sits at row
 // 16w + l/4 + 8 ((i/2) % 2), column 8 (i/4) + 2 (l%4) + i%2).
 __device__ __forceinline__ void pfw_store(const PfWgmma& p, int g, int N, int m0, int n0, const float (&acc)[64]) {
@@ -184,16 +164,15 @@ __device__ __forceinline__ void pfw_store(const PfWgmma& p, int g, int N, int m0
     }
 }
 
-// FP8: each 128-byte K block is one scale block: summed from zero into t, then promoted (wait 0: LAG 0).
-// bf16: the tensor core accumulates straight into acc and one wgmma group stays in flight (LAG 1), so the
-// stage refilled at block kb is the one read at kb - 2.
-template <int STAGES, bool FP8>
+// The tensor core accumulates straight into acc and one wgmma group stays in flight (LAG 1), so the stage
+// refilled at block kb is the one read at kb - 2.
+template <int STAGES>
 __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
-    constexpr int LAG = FP8 ? 0 : 1, AHEAD = STAGES - 1 - LAG;
+    constexpr int LAG = 1, AHEAD = STAGES - 1 - LAG;
     extern __shared__ __align__(1024) u8 pfw_smem[];
     const int g = blockIdx.z, N = p.n[g], n0 = blockIdx.y * 128;
     if (n0 >= N) return;
-    const int m0 = blockIdx.x * 128, kbytes = p.K * (FP8 ? 1 : 2), kbs = (kbytes + 127) >> 7;
+    const int m0 = blockIdx.x * 128, kbytes = p.K * 2, kbs = (kbytes + 127) >> 7;
     const void *x = p.x[g], *w = p.w[g];
     const PfwRows ar = pfw_rows(x, m0, p.M, kbytes), br = pfw_rows(w, n0, N, kbytes);
     const u32 base = (smem_u32(pfw_smem) + 1023u) & ~1023u;  // the swizzle pattern repeats every 1024 B
@@ -208,16 +187,10 @@ __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
         cp_async_commit();
     }
 
-    // FP8: this thread's two output rows (clamped for the scale reads) and the weight scales' row.
-    const int wtid = threadIdx.x & 127, wg = threadIdx.x >> 7;
-    const int r0 = m0 + wg * 64 + (wtid >> 5) * 16 + ((wtid & 31) >> 2);
-    const float* xs0 = FP8 ? p.xs[g] + (u64)min(r0, p.M - 1) * kbs : nullptr;
-    const float* xs1 = FP8 ? p.xs[g] + (u64)min(r0 + 8, p.M - 1) * kbs : nullptr;
-    const u8* sw = FP8 ? p.s[g] + (u64)(n0 >> 7) * kbs : nullptr;
-
-    float acc[64], t[64];
+    const int wg = threadIdx.x >> 7;
+    float acc[64];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = t[i] = 0.f;
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
 
     for (int kb = 0; kb < kbs; ++kb) {
         cp_async_wait<AHEAD - 1>();
@@ -232,37 +205,26 @@ __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
         cp_async_commit();
         const u32 a = base + (kb % STAGES) * 2 * PFW_TILE + wg * (PFW_TILE / 2);
         const u32 b = base + (kb % STAGES) * 2 * PFW_TILE + PFW_TILE;
-        if (FP8) {
-            const float f = ue8m0_to_f32(sw[kb]), f0 = xs0[kb] * f, f1 = xs1[kb] * f;
-            pfw_fence();
+        pfw_fence();
 #pragma unroll
-            for (int j = 0; j < 4; ++j) pfw_mma<true>(t, pfw_desc(a + 32 * j), pfw_desc(b + 32 * j), j);
-            pfw_commit();
-            pfw_wait<0>();
-            pfw_promote(acc, t, f0, f1);
-        } else {
-            pfw_fence();
-#pragma unroll
-            for (int j = 0; j < 4; ++j) pfw_mma<false>(acc, pfw_desc(a + 32 * j), pfw_desc(b + 32 * j), 1);
-            pfw_commit();
-            pfw_wait<LAG>();
-        }
+        for (int j = 0; j < 4; ++j) pfw_mma(acc, pfw_desc(a + 32 * j), pfw_desc(b + 32 * j), 1);
+        pfw_commit();
+        pfw_wait<LAG>();
     }
     pfw_wait<0>();
     pfw_store(p, g, N, m0, n0, acc);
 }
 #endif
 
-// One block of 256 threads per SM (64 accumulators + 64 temporaries a thread, STAGES x 32 KB + 1 KB alignment
-// slack of shared memory).
+// One block of 256 threads per SM (64 accumulators a thread, STAGES x 32 KB + 1 KB alignment slack of shared
+// memory), or two for the 3-stage instance.
 #if defined(PFW_ENABLED)
-#define PFW_KERNEL(NAME, STAGES, FP8, BLOCKS) \
-    extern "C" __global__ void __launch_bounds__(256, BLOCKS) NAME(PfWgmma p) { pfw_body<STAGES, FP8>(p); }
+#define PFW_KERNEL(NAME, STAGES, BLOCKS) \
+    extern "C" __global__ void __launch_bounds__(256, BLOCKS) NAME(PfWgmma p) { pfw_body<STAGES>(p); }
 #else
-#define PFW_KERNEL(NAME, STAGES, FP8, BLOCKS) \
+#define PFW_KERNEL(NAME, STAGES, BLOCKS) \
     extern "C" __global__ void __launch_bounds__(256, BLOCKS) NAME(PfWgmma p) { __trap(); }
 #endif
-PFW_KERNEL(pf_wgmma_fp8_s4, 4, true, 1)
-PFW_KERNEL(pf_wgmma_bf16_s4, 4, false, 1)
-PFW_KERNEL(pf_wgmma_bf16_s6, 6, false, 1)
-PFW_KERNEL(pf_wgmma_bf16_s3x2, 3, false, 2)  // two blocks per SM (<= 128 registers, 2 x 97 KB)
+PFW_KERNEL(pf_wgmma_bf16_s4, 4, 1)
+PFW_KERNEL(pf_wgmma_bf16_s6, 6, 1)
+PFW_KERNEL(pf_wgmma_bf16_s3x2, 3, 2)  // two blocks per SM (<= 128 registers, 2 x 97 KB)

@@ -1,6 +1,6 @@
 //! `kbench pf`: the dense FP8 prefill GEMMs at the real prefill shapes, pf_gemm_fp8 (bf16 mma.sync after
 //! converting the weights) against every pf_wgmma variant (bf16 wgmma on weights dequantised by
-//! pf_fp8_to_bf16, timed apart; FP8 wgmma on act_quant codes, the act_quant pass timed apart), in TFLOP/s.
+//! pf_fp8_to_bf16, timed apart), in TFLOP/s.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfDequant, PfGemm, PfWeights, PfWgmma, PF_WGMMA_VARIANTS};
 use dsv4_kernels::{bf16, GpuContext};
@@ -34,8 +34,6 @@ pub fn bench(g: &GpuContext, rows: &[usize]) -> R<()> {
 
 fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> R<()> {
     let x = filled(g, m * k, bf16::from_f32(0.5))?;
-    let mut xq = noise(g, m * k, 5, 0x77)?;
-    let mut xs = filled(g, m * k / 128, 1f32)?;
     let ws: Vec<CudaSlice<u8>> = ns
         .iter()
         .enumerate()
@@ -85,7 +83,7 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
             dptr(g, &outs[i]),
         );
         p.n[i] = n as i32;
-        (q.xs[i], q.s[i], q.out[i], q.n[i]) = (dptr(g, &xs), p.s[i], p.out[i], n as i32);
+        (q.x[i], q.out[i], q.n[i]) = (p.x[i], p.out[i], n as i32);
         (d.w[i], d.s[i], d.out[i], d.n[i]) = (p.w[i], p.s[i], dptr(g, &wbf[i]), n as i32);
     }
     let bm = if m > 96 { 128 } else { 64 };
@@ -97,13 +95,6 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
     })?;
     line(&format!("pf_gemm_fp8 bm{bm}"), ms);
     let ms = time_ms(g, 3, |_| {
-        Ok(g.launch_act_quant(&g.stream, m, k, 128, &x, &mut xq, &mut xs)?)
-    })?;
-    println!(
-        "| {name} | {m} | {k} | act_quant (x codes) | {:.1} | - |",
-        ms * 1e3
-    );
-    let ms = time_ms(g, 3, |_| {
         // SAFETY: each weight holds n*k bytes with its scales, each wbf n*k bf16.
         Ok(unsafe { g.launch_pf_fp8_to_bf16(&g.stream, ns.len(), &d) }?)
     })?;
@@ -114,20 +105,15 @@ fn bench_shape(g: &GpuContext, name: &str, m: usize, ns: &[usize], k: usize) -> 
     if !g.has_wgmma() {
         return Ok(());
     }
+    for i in 0..ns.len() {
+        q.w[i] = d.out[i];
+    }
     for (v, var) in PF_WGMMA_VARIANTS.iter().enumerate() {
         if !g.kernels.prefill.wgmma_fits[v] {
             continue;
         }
-        for i in 0..ns.len() {
-            (q.x[i], q.w[i]) = if var.fp8 {
-                (dptr(g, &xq), p.w[i])
-            } else {
-                (p.x[i], d.out[i])
-            };
-        }
         let ms = time_ms(g, 3, |_| {
-            // SAFETY: x (bf16 or e4m3 codes with m*k/128 scales) m*k values, each weight (bf16 copy or e4m3
-            // with its scales) n*k, each output m*n f32.
+            // SAFETY: x m*k bf16, each weight's bf16 copy n*k, each output m*n f32.
             Ok(unsafe { g.launch_pf_wgmma(&g.stream, v, ns.len(), &q) }?)
         })?;
         line(var.name, ms);

@@ -47,37 +47,27 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
-/// One instance of prefill_wgmma.cu's GEMM.
+/// One instance of prefill_wgmma.cu's GEMM (bf16 wgmma).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WgmmaVariant {
     pub name: &'static str,
     /// Depth of the cp.async ring (32 KB a stage).
     pub stages: usize,
-    /// e4m3 x e4m3 (x act_quant codes + scales, promoted per 128-K block) rather than bf16 x bf16.
-    pub fp8: bool,
 }
 
 /// The wgmma GEMM instances, in `PrefillKernels::wgmma` order.
-pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 4] = [
-    WgmmaVariant {
-        name: "pf_wgmma_fp8_s4",
-        stages: 4,
-        fp8: true,
-    },
+pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 3] = [
     WgmmaVariant {
         name: "pf_wgmma_bf16_s4",
         stages: 4,
-        fp8: false,
     },
     WgmmaVariant {
         name: "pf_wgmma_bf16_s6",
         stages: 6,
-        fp8: false,
     },
     WgmmaVariant {
         name: "pf_wgmma_bf16_s3x2",
         stages: 3,
-        fp8: false,
     },
 ];
 
@@ -114,11 +104,11 @@ pub struct PrefillKernels {
     pub moe_group: CudaFunction,
     /// The PF_WGMMA_VARIANTS of prefill_wgmma.cu: real kernels only in the sm_90a SASS of the fatbin, a
     /// trap elsewhere; see `GpuContext::has_wgmma`.
-    pub wgmma: [CudaFunction; 4],
+    pub wgmma: [CudaFunction; 3],
     /// pf_fp8_to_bf16: FP8 weights dequantised to bf16 for the bf16 wgmma GEMMs.
     pub fp8_to_bf16: CudaFunction,
     /// Whether the device granted each wgmma instance its shared memory.
-    pub wgmma_fits: [bool; 4],
+    pub wgmma_fits: [bool; 3],
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
     pub attn_fits: [bool; 4],
@@ -170,9 +160,8 @@ impl PrefillKernels {
             get(PF_WGMMA_VARIANTS[0].name)?,
             get(PF_WGMMA_VARIANTS[1].name)?,
             get(PF_WGMMA_VARIANTS[2].name)?,
-            get(PF_WGMMA_VARIANTS[3].name)?,
         ];
-        let mut wgmma_fits = [false; 4];
+        let mut wgmma_fits = [false; 3];
         for ((f, v), ok) in wgmma
             .iter()
             .zip(PF_WGMMA_VARIANTS)
@@ -218,16 +207,12 @@ pub struct PfGemm {
     pub pad: i32,
 }
 
-/// `pf_wgmma_*`: per group g, x[g] `[M, K]` and w[g] `[n[g], K]`, out[g] `[M, n[g]]` f32 or bf16. bf16
-/// variants: x, w bf16, xs / s unused. FP8: x e4m3 codes with f32 scales xs[g] `[M, ceil(K/128)]` (act_quant,
-/// block 128), w e4m3 with UE8M0 scales s[g] `[ceil(n/128), ceil(K/128)]`.
+/// `pf_wgmma_*`: per group g, x[g] bf16 `[M, K]` and w[g] bf16 `[n[g], K]`, out[g] `[M, n[g]]` f32 or bf16.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PfWgmma {
     pub x: [u64; PF_GROUPS],
-    pub xs: [u64; PF_GROUPS],
     pub w: [u64; PF_GROUPS],
-    pub s: [u64; PF_GROUPS],
     pub out: [u64; PF_GROUPS],
     pub n: [i32; PF_GROUPS],
     pub m: i32,
@@ -340,7 +325,7 @@ mod tests {
     fn parameter_blocks_have_the_c_sizes() {
         // 34 pointers + 14 ints; 12 + 10; 6 + 8; 8 + 10; 6 + 2; 3 + 4.
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
-        assert_eq!(std::mem::size_of::<PfWgmma>(), 40 * 8 + 12 * 4);
+        assert_eq!(std::mem::size_of::<PfWgmma>(), 24 * 8 + 12 * 4);
         assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);

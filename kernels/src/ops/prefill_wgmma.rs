@@ -19,20 +19,19 @@ pub const PF_WGMMA_BM: usize = 128;
 impl GpuContext {
     /// Whether `launch_pf_wgmma` runs here: a compute capability 9.0 device running the nvcc fatbin (whose
     /// sm_90a SASS holds the wgmma kernels; NVRTC's compute_90 PTX and the sm_120a SASS hold traps) with the
-    /// shared memory of the 4-stage instances granted.
+    /// shared memory of every instance granted (so any variant a caller picks can launch).
     pub fn has_wgmma(&self) -> bool {
         self.info.cc == (9, 0)
             && self.source == ModuleSource::Fatbin
-            && self.kernels.prefill.wgmma_fits[..2].iter().all(|&f| f)
+            && self.kernels.prefill.wgmma_fits.iter().all(|&f| f)
     }
 
     /// Prefill GEMM over the first `groups` groups of `p` with instance `variant` of `PF_WGMMA_VARIANTS`,
     /// grid (ceil(M / 128), ceil(max n / 128), groups).
     ///
     /// # Safety
-    /// For g < groups: `p.x[g]` holds `M*K` values and `p.w[g]` `n[g]*K` (bf16, or e4m3 bytes for an FP8
-    /// variant, which also reads `M*ceil(K/128)` f32 at `p.xs[g]` and `ceil(n[g]/128)*ceil(K/128)` UE8M0 bytes
-    /// at `p.s[g]`), `p.out[g]` `M*n[g]` f32 (or bf16 with `out_bf16`).
+    /// For g < groups: `p.x[g]` holds `M*K` bf16 and `p.w[g]` `n[g]*K` bf16, `p.out[g]` `M*n[g]` f32 (or bf16
+    /// with `out_bf16`).
     pub unsafe fn launch_pf_wgmma(
         &self,
         s: &CudaStream,
@@ -54,7 +53,7 @@ impl GpuContext {
             });
         };
         let (m, k) = (p.m as usize, p.k as usize);
-        let align = if v.fp8 { 16 } else { 8 };
+        let align = 8; // whole 16-byte chunks of bf16
         check(NAME, (1..=PF_GROUPS).contains(&groups), || {
             format!("groups {groups}")
         })?;

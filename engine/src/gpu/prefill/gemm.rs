@@ -13,7 +13,7 @@ use super::attn::Call;
 pub const WGMMA_MIN_ROWS: usize = 256;
 /// The bf16 wgmma instance the engine uses (index into `PF_WGMMA_VARIANTS`): pf_wgmma_bf16_s6, the fastest
 /// bf16 ring at both 1K and 8K rows (kbench pf).
-pub const WGMMA_VARIANT: usize = 2;
+pub const WGMMA_VARIANT: usize = 1;
 
 /// Fewest rows for the wgmma path: `DSV4_PF_WGMMA=0` keeps every dense FP8 GEMM on pf_gemm (an A/B switch
 /// for benches), `DSV4_PF_WGMMA=all` takes it from one row (lets the small GPU prefill tests exercise it);
@@ -194,4 +194,13 @@ pub fn experts(
     // token (or slot) row, the weights are [E, n, k/2] nibbles with [E, n, k/32] scales, outputs [slots, n].
     unsafe { ctx.launch_pf_gemm(s, PfWeights::Fp4Expert, t.bm, jobs.len(), t.max_tiles, &p) }?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_engine_uses_the_six_stage_wgmma_instance() {
+        let v = dsv4_kernels::prefill::PF_WGMMA_VARIANTS[super::WGMMA_VARIANT];
+        assert_eq!((v.name, v.stages), ("pf_wgmma_bf16_s6", 6));
+    }
 }
