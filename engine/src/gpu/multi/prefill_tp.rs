@@ -41,6 +41,7 @@ impl TpRun<'_> {
                 plan,
                 cfg: self.cfg,
                 numerics: self.numerics,
+                wbf: ws.wbf_scratch(&gpu.stream),
             };
             f(&tc, rank, ws, tp)?;
         }

@@ -57,6 +57,8 @@ pub struct TpCall<'a> {
     pub plan: &'a Plan,
     pub cfg: &'a ModelConfig,
     pub numerics: Numerics,
+    /// The rank workspace's wgmma weight scratch (`PrefillWs::wbf_scratch`), as the unsplit call's.
+    pub wbf: Option<(u64, usize)>,
 }
 
 impl TpCall<'_> {
@@ -67,8 +69,7 @@ impl TpCall<'_> {
             s: &s,
             plan: self.plan,
             official: self.numerics == Numerics::Official,
-            // A tensor-split rank keeps pf_gemm (its shards are small; no scratch reaches here).
-            wbf: None,
+            wbf: self.wbf,
         })
     }
 }
@@ -136,8 +137,7 @@ pub fn attn_project(
         dptr_mut(&mut tp.part, s),
         wo_b.n,
     );
-    let fp8 = dsv4_kernels::prefill::PfWeights::Fp8;
-    super::gemm::dense(ctx, s, fp8, rows, wo_b.k, false, &[job])
+    tc.with(|c| super::gemm::fp8(c, rows, wo_b.k, false, &[job]))
 }
 
 /// HCPost with the summed partial as the sub-block output (bf16 of the f32 sum, as unsplit).
