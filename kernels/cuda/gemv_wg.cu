@@ -30,6 +30,10 @@
 //          issue-bound (sm_90a SASS of the FP8 nt8 kernel: ~650 instructions a thread per K step + 22 per 4-byte
 //          x copy, i.e. ~920 at 64 rows, ~600 at 8, for 2 KB of weights a warp): the copy addressing (64-bit
 //          products and the slot modulo recomputed per step and row) is half of it, the FP8 conversion ~170.
+//          Since then (branch ring2-next, NOT YET MEASURED on a GPU): the copy plan (GwgPlan) worked out once per
+//          block and a rolling slot offset: 460 instructions per K step for FP8 nt8 (all 16 x copies unrolled),
+//          415 for nt1, 399 for bf16 nt8; the copies of every thread and step are the measured kernel's (host
+//          harness over 19 M (thread, step, shape) cases), so the bits are too.
 #include "common.cuh"
 
 #define GWG_ROWS 128  // rows of a block: 2 warpgroups x 64
@@ -38,23 +42,78 @@
 #define GWG_XBYTES(NT, FP8) ((FP8 ? 2 : 1) * (NT) * 1024)
 #define GWG_STAGE(NT, FP8) (GWG_XBYTES(NT, FP8) + GWG_ROWS * 128)
 
-// Copies one K step of the B activation rows into the stage's x tiles. Word wd (0..WPR-1) of a row's step lands at
-// the logical position of the permutation in the header; this thread always copies the same word of rows
-// threadIdx.x / WPR, + 256 / WPR, ... (rows >= B are left as they are: they only feed output columns never stored).
+// What this thread copies into every stage, worked out once per block: the K loop then adds one 64-bit offset per
+// copy (the addressing, recomputed per step and row, was half of the loop's instructions).
+// Weights: chunk tid % 8 (16 bytes) of rows tid / 8 + 32 m (m < 4) of the block's 128, as gemv_ring.cu's
+// ring_issue_w<1> places them (rows >= N and bytes >= row_bytes: zeros).
+// x: word wd = tid % WPR of rows b0 = tid / WPR, + 256 / WPR, ... < B of each K step, at the logical position of
+// the permutation in the header (rows >= B are left as they are: they only feed output columns never stored).
+struct GwgPlan {
+    const u8* wsrc;  // weights: the chunk of row row0 + tid / 8 at K step 0
+    u64 wstride;     // 32 rows
+    u32 wdst;        // its swizzled offset in the stage's weight area (+ 4096 m)
+    u32 wrows;       // bit m: row row0 + tid / 8 + 32 m exists
+    int wbyte;       // its byte in a K step (16 (tid % 8))
+    const u8* xsrc;  // x: word wd of row b0 at K step 0
+    u64 xstride;     // 256 / WPR rows
+    u32 xdst0, xdst1;  // stage offsets of rows b0 and b0 + 256 / WPR (FP8: the two swizzle phases); + PAIR q
+    int xword, xrows;  // wd; how many rows this thread copies
+};
+
 template <bool FP8>
-__device__ __forceinline__ void gwg_issue_x(u32 xs, const u16* x, int B, int K, int kb, int nt) {
+__device__ __forceinline__ GwgPlan gwg_plan(const u8* w, const u16* x, int row0, int N, int row_bytes, int B, int K,
+                                            int nt) {
     constexpr int WPR = FP8 ? 64 : 32;  // 4-byte words per row and step
     constexpr int Q = WPR / 2;          // words per half
+    constexpr int RS = 256 / WPR;       // rows between this thread's copies
+    GwgPlan pl;
+    const int r = threadIdx.x >> 3, q = threadIdx.x & 7;
+    pl.wsrc = w + (u64)(row0 + r) * row_bytes + q * 16;
+    pl.wstride = (u64)32 * row_bytes;
+    pl.wdst = gv_wofs(r, q);
+    pl.wbyte = q * 16;
+    pl.wrows = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) pl.wrows |= (row0 + r + 32 * m < N ? 1u : 0u) << m;
     const int wd = threadIdx.x % WPR, c = wd / Q, P = wd % Q;
     const int t = P / (Q / 4), s = (P >> 1) % (Q / 8), h = P & 1;
     const int lw = (FP8 ? 0 : 16 * c) + 8 * s + 4 * h + t;  // logical word in the tile's 128-byte row
     const u32 tile = FP8 ? (u32)(c * nt * 1024) : 0u;
-    const int kw = kb * WPR + wd;  // word of the row
-    const bool ok = 2 * kw < K;    // K % 8 == 0: a word is wholly inside or outside the row
-    const u8* src = (const u8*)x + (ok ? (u64)kw * 4 : 0);
-    for (int b = threadIdx.x / WPR; b < B; b += 256 / WPR) {
-        const u32 dst = xs + tile + b * 128 + (((lw >> 2) ^ (b & 7)) << 4) + (lw & 3) * 4;
-        cp_async4(dst, ok ? src + (u64)b * K * 2 : (const u8*)x, ok ? 4u : 0u);
+    const int b0 = threadIdx.x / WPR, b1 = b0 + RS;
+    pl.xsrc = (const u8*)x + (u64)b0 * K * 2 + (u64)wd * 4;
+    pl.xstride = (u64)RS * K * 2;
+    pl.xdst0 = tile + b0 * 128 + (((lw >> 2) ^ (b0 & 7)) << 4) + (lw & 3) * 4;
+    pl.xdst1 = tile + b1 * 128 + (((lw >> 2) ^ (b1 & 7)) << 4) + (lw & 3) * 4;
+    pl.xword = wd;
+    pl.xrows = B > b0 ? (B - b0 + RS - 1) / RS : 0;
+    return pl;
+}
+
+// Requests K step kb of the block's weight rows into the stage's weight area ws.
+__device__ __forceinline__ void gwg_issue_w(const GwgPlan& pl, u32 ws, const u8* w, int row_bytes, int kb) {
+    const bool kin = kb * 128 + pl.wbyte < row_bytes;
+    const u8* src = pl.wsrc + kb * 128;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const bool ok = kin && ((pl.wrows >> m) & 1u);
+        cp_async16(ws + pl.wdst + m * 4096, ok ? src : w, ok ? 16u : 0u);
+        src += pl.wstride;
+    }
+}
+
+// Requests K step kb of the B activation rows into the stage's x tiles xs (K % 8 == 0: a word is wholly inside or
+// outside the row; outside: zeros).
+template <int NT, bool FP8>
+__device__ __forceinline__ void gwg_issue_x(const GwgPlan& pl, u32 xs, const u16* x, int K, int kb) {
+    constexpr int WPR = FP8 ? 64 : 32;
+    constexpr int PAIR = FP8 ? 1024 : 2048;  // stage bytes between rows b and b + 2 RS
+    const bool ok = 2 * (kb * WPR + pl.xword) < K;
+    const u8* src = ok ? pl.xsrc + kb * WPR * 4 : (const u8*)x;
+    const u64 stride = ok ? pl.xstride : 0;
+#pragma unroll
+    for (int m = 0; m < NT * 8 * WPR / 256; ++m) {
+        if (m < pl.xrows) cp_async4(xs + ((m & 1) ? pl.xdst1 : pl.xdst0) + (m >> 1) * PAIR, src, ok ? 4u : 0u);
+        src += stride;
     }
 }
 
@@ -162,10 +221,11 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
     const u8* w = (const u8*)p.w[grp];
     const u16* x = p.x[grp];
     const u32 ring = (smem_u32(gwg_smem) + 1023u) & ~1023u;  // the swizzle pattern repeats every 1024 B
+    const GwgPlan pl = gwg_plan<FP8>(w, x, row0, N, row_bytes, B, K, NT);
     for (int i = 0; i < depth - 1 && i < nsteps; ++i)
-        ring_issue_w<1>(ring + i * SB + XB, w, row0, N, row_bytes, s0 + i);  // weights: before the wait
+        gwg_issue_w(pl, ring + i * SB + XB, w, row_bytes, s0 + i);  // weights: before the wait
     pdl_wait();
-    for (int i = 0; i < depth - 1 && i < nsteps; ++i) gwg_issue_x<FP8>(ring + i * SB, x, B, K, s0 + i, NT);
+    for (int i = 0; i < depth - 1 && i < nsteps; ++i) gwg_issue_x<NT, FP8>(pl, ring + i * SB, x, K, s0 + i);
     cp_async_commit();  // the prologue: one group
     float acc[NT * 4];
 #pragma unroll
@@ -173,6 +233,9 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
     const int wg = warp >> 2, wr = wg * 64 + (warp & 3) * 16;  // the warp's first row in the stage
     const bool active = row0 + wg * 64 < N;                       // warpgroup-uniform
     const u8* srow = FP8 && active ? p.s[grp] + (u64)((row0 + wg * 64) >> 7) * ((K + 127) >> 7) + s0 : nullptr;
+    // Stage offsets of slot i % depth (read at step i) and of slot (i - 1) % depth, refilled at step i with step
+    // i + depth - 1: the slot step i - 1 read.
+    u32 cur = 0, prev = (u32)(depth - 1) * SB;
     for (int i = 0; i < nsteps; ++i) {
         const u32 e = FP8 && active ? (u32)srow[i] : 0u;
         // Step i's copies sit in the prologue group (i <= depth - 2) or in the group committed at step
@@ -183,15 +246,16 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
         __syncthreads();  // step i's stage complete for every thread; every warp is done with slot i - 1
         const int nx = i + depth - 1;
         if (nx < nsteps) {
-            const u32 st = ring + (nx % depth) * SB;
-            ring_issue_w<1>(st + XB, w, row0, N, row_bytes, s0 + nx);
-            gwg_issue_x<FP8>(st, x, B, K, s0 + nx, NT);
+            gwg_issue_w(pl, ring + prev + XB, w, row_bytes, s0 + nx);
+            gwg_issue_x<NT, FP8>(pl, ring + prev, x, K, s0 + nx);
         }
         cp_async_commit();
         if (active) {
-            gwg_step<NT, FP8>(acc, ring + (i % depth) * SB, wr, fp8_scale_x2(e), g, t);
+            gwg_step<NT, FP8>(acc, ring + cur, wr, fp8_scale_x2(e), g, t);
             wgmma_commit();
         }
+        prev = cur;
+        cur = cur + SB == (u32)depth * SB ? 0u : cur + SB;
     }
     wgmma_wait<0>();
     float* ws = splits > 1 ? p.ws + (u64)grp * splits * B * p.nmax : nullptr;
