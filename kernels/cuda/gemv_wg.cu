@@ -24,16 +24,14 @@
 //          the first half's MMAs).
 // Split-K: partials and the last-block reduction of gemv_ring.cu (ring_splitk_finish): deterministic.
 // Constraints: as gemv_ring.cu (FP8 K % 16 == 0, bf16 K % 8 == 0, scale exponent byte <= 134, B <= 64).
-// Timings (H200, kernels/BENCH_NOTES.md "ring2"): at 64 rows the model's 9 grouped launches take 233 us against
-//          252.5 on the mma.sync ring (-7.6%; wq_b + indexer wq_b 48.4 -> 43.8 us, shared w1+w3 28.4 -> 24.5);
-//          ring depth 2..6 changes little, one block per SM is 20-30% slower than two. Still ~1 TB/s: the loop is
-//          issue-bound (sm_90a SASS of the FP8 nt8 kernel: ~650 instructions a thread per K step + 22 per 4-byte
-//          x copy, i.e. ~920 at 64 rows, ~600 at 8, for 2 KB of weights a warp): the copy addressing (64-bit
-//          products and the slot modulo recomputed per step and row) is half of it, the FP8 conversion ~170.
-//          Since then (branch ring2-next, NOT YET MEASURED on a GPU): the copy plan (GwgPlan) worked out once per
-//          block and a rolling slot offset: 460 instructions per K step for FP8 nt8 (all 16 x copies unrolled),
-//          415 for nt1, 399 for bf16 nt8; the copies of every thread and step are the measured kernel's (host
-//          harness over 19 M (thread, step, shape) cases), so the bits are too.
+// Timings (H200, kernels/BENCH_NOTES.md "ring2"; kbench gemv-ab, the model's 9 grouped launches summed): at 64 rows
+//          195 us against 254 on the mma.sync ring and 338 on gemv.cu (wq_b + indexer wq_b 49.1 -> 31.4 us), at 32
+//          rows 156 / 173 / 188; at 8-16 rows gemv.cu stays ahead (97 / 121 at 8). Graph step at 64 rows 51.68 ->
+//          50.49 ms. Ring depth: the deepest with two blocks per SM is within 3% of the best; one block per SM is
+//          10-20% slower. The K loop is issue-bound, not DRAM- or tensor-bound: per K step a thread runs ~460
+//          instructions (FP8 nt8 SASS; ~170 of them the FP8 conversion) for 2 KB of weights a warp; before the copy
+//          plan (GwgPlan: the addressing worked out once per block, a rolling slot offset) it was ~920 and 64 rows
+//          took 233 us.
 #include "common.cuh"
 
 #define GWG_ROWS 128  // rows of a block: 2 warpgroups x 64
