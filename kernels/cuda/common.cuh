@@ -187,4 +187,24 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Hopper warpgroup MMA (wgmma, sm_90a only: DSV4_WGMMA is defined just where the instructions exist; the
+// kernels that use them compile to a trap elsewhere and the host never selects them).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSV4_WGMMA 1
+// Shared-memory matrix descriptor, K-major with the 128-byte swizzle: rows of 128 B, SBO 1024 B (next 8 rows),
+// LBO unused (1). The tile must start 1024-byte aligned; a K step inside the row adds its byte offset.
+__device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr) {
+    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy shared-memory writes (cp.async included, once complete) visible to the
+// async proxy that wgmma reads its shared-memory operands through.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
+
 #endif  // DSV4_COMMON_CUH

@@ -48,6 +48,15 @@ __device__ __forceinline__ uint4 gv_lds128(u32 a) {
 // 8 lanes of a quarter warp (rows g, g+1 x chunks 4c + t) hit 8 distinct 16-byte bank groups.
 __device__ __forceinline__ u32 gv_wofs(int r, int q) { return (u32)(r * 128 + ((q ^ ((r & 1) << 2)) << 4)); }
 
+// This block's K steps [s0, s0 + nsteps) of the 128-byte steps of a row_bytes row: split blockIdx.y of gridDim.y
+// (gemv_wg.cu shares it).
+__device__ __forceinline__ void ring_split_range(int row_bytes, int& s0, int& nsteps) {
+    const u32 splits = gridDim.y, rank = blockIdx.y;
+    const int ksteps = (row_bytes + 127) >> 7;
+    s0 = (int)(rank * ksteps / splits);
+    nsteps = (int)((rank + 1) * ksteps / splits) - s0;
+}
+
 // Requests one K step of the block's ROWS weight rows into a stage (rows >= N and bytes >= row_bytes: zeros).
 template <int MT>
 __device__ __forceinline__ void ring_issue_w(u32 dst, const u8* w, int row0, int N, int row_bytes, int kb) {
@@ -213,8 +222,8 @@ __device__ __forceinline__ void gemv_ring(const GemvParams& p, int depth) {
     }
     const u32 splits = gridDim.y, rank = blockIdx.y;
     const int row_bytes = FP8 ? K : 2 * K;
-    const int ksteps = (row_bytes + 127) >> 7;
-    const int s0 = (int)(rank * ksteps / splits), nsteps = (int)((rank + 1) * ksteps / splits) - s0;
+    int s0, nsteps;
+    ring_split_range(row_bytes, s0, nsteps);
     const u8* w = (const u8*)p.w[grp];
     const u16* x = p.x[grp];
     const u32 ring = smem_u32(gv_smem);

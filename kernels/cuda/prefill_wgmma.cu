@@ -67,21 +67,8 @@ extern "C" __global__ void __launch_bounds__(256) pf_fp8_to_bf16(PfDequant p) {
     d[1] = make_uint4(o[4], o[5], o[6], o[7]);
 }
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(DSV4_WGMMA)
 #define PFW_ENABLED 1
-
-// Shared-memory matrix descriptor, K-major with the 128-byte swizzle: rows of 128 B, SBO 1024 B (next 8 rows),
-// LBO unused (1). The tile must start 1024-byte aligned; a K step inside the row adds its byte offset.
-__device__ __forceinline__ u64 pfw_desc(u32 addr) {
-    return (u64)((addr & 0x3ffffu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
-}
-
-__device__ __forceinline__ void pfw_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void pfw_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void pfw_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
 
 #define PFW_D64                                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                 \
@@ -194,7 +181,7 @@ __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
 
     for (int kb = 0; kb < kbs; ++kb) {
         cp_async_wait<AHEAD - 1>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fence_proxy_async();
         __syncthreads();  // stage kb complete for all; every warpgroup is done with the stage refilled below
         const int nk = kb + AHEAD;
         if (nk < kbs) {
@@ -205,13 +192,13 @@ __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
         cp_async_commit();
         const u32 a = base + (kb % STAGES) * 2 * PFW_TILE + wg * (PFW_TILE / 2);
         const u32 b = base + (kb % STAGES) * 2 * PFW_TILE + PFW_TILE;
-        pfw_fence();
+        wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j) pfw_mma(acc, pfw_desc(a + 32 * j), pfw_desc(b + 32 * j), 1);
-        pfw_commit();
-        pfw_wait<LAG>();
+        for (int j = 0; j < 4; ++j) pfw_mma(acc, wgmma_desc_sw128(a + 32 * j), wgmma_desc_sw128(b + 32 * j), 1);
+        wgmma_commit();
+        wgmma_wait<LAG>();
     }
-    pfw_wait<0>();
+    wgmma_wait<0>();
     pfw_store(p, g, N, m0, n0, acc);
 }
 #endif

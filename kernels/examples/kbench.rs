@@ -5,8 +5,8 @@ use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
 use dsv4_kernels::{
-    bf16, gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, moe_group_meta_len, ExpertShape,
-    Fp4Tune, GemvOut, GemvParams, GemvPath, GemvScratch, GemvWeights, Gpu, GpuContext,
+    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, moe_group_meta_len, ExpertShape, Fp4Tune,
+    GemvOut, GemvParams, GemvPath, GemvScratch, GemvWeights, Gpu, GpuContext, RingTune,
     GEMV_ROW_TILE,
 };
 
@@ -103,6 +103,58 @@ const MODEL_GEMVS: [(&str, GemvWeights, usize, &[usize]); 9] = [
     ("lin hca bf16", GemvWeights::Bf16, 4096, &[1024]),
 ];
 
+/// The launches `kbench gemv` times for one batch: the planned one (the engine's default), plus its split
+/// neighbours (`gemv-sweep`), or (`gemv-ab`) every kernel family: gemv.cu, the mma.sync ring, and the wgmma
+/// ring at each ring depth and at half / twice the planned split.
+fn gemv_variants(
+    g: &GpuContext,
+    (wt, k, tiles): (GemvWeights, usize, usize),
+    b: usize,
+    mode: &str,
+) -> Vec<(String, GemvPath, RingTune, usize)> {
+    let sms = g.info.sm_count as usize;
+    let ksteps = k.div_ceil(if wt == GemvWeights::Fp8 { 128 } else { 64 });
+    let path = GemvPath::for_rows(b);
+    let plan = gemv_splits(sms, tiles, k, wt, path);
+    let tune = RingTune::default();
+    let mut v = vec![("planned".to_string(), path, tune, plan)];
+    if mode == "gemv-sweep" {
+        for c in [1, plan / 2, plan * 2, plan * 4] {
+            if c >= 1 && c <= ksteps && c != plan {
+                v.push((format!("splits {c}"), path, tune, c));
+            }
+        }
+    }
+    if mode == "gemv-ab" {
+        let ring = gemv_splits(sms, tiles, k, wt, GemvPath::Ring);
+        let skinny = gemv_splits(sms, tiles, k, wt, GemvPath::Skinny);
+        v = vec![("gemv.cu".to_string(), GemvPath::Skinny, tune, skinny)];
+        let mma = RingTune {
+            mma_sync: true,
+            ..tune
+        };
+        v.push(("ring mma.sync".into(), GemvPath::Ring, mma, ring));
+        if let Some(kern) = g.wg_ring(wt, b) {
+            v.push((
+                format!("ring wg d{}", kern.depth),
+                GemvPath::Ring,
+                tune,
+                ring,
+            ));
+            for d in (2..=kern.depth_max).filter(|&d| d != kern.depth) {
+                let t = RingTune { depth: d, ..tune };
+                v.push((format!("ring wg d{d}"), GemvPath::Ring, t, ring));
+            }
+            for c in [ring / 2, ring * 2] {
+                if c >= 1 && c <= ksteps.min(8) && c != ring {
+                    v.push((format!("ring wg s{c}"), GemvPath::Ring, tune, c));
+                }
+            }
+        }
+    }
+    v
+}
+
 /// One grouped launch of the model (all groups of `ns` rows over `k`) at each batch, weights rotated out of
 /// L2, timed back to back between events (so the launch floor is included, as in the step's graph).
 fn bench_model_gemv(
@@ -110,7 +162,7 @@ fn bench_model_gemv(
     (name, wt, k, ns): (&str, GemvWeights, usize, &[usize]),
     batches: &[usize],
     copy: f64,
-    sweep: bool,
+    mode: &str,
 ) -> R<()> {
     let esz = if wt == GemvWeights::Fp8 { 1 } else { 2 };
     let wbytes: usize = ns.iter().map(|n| n * k * esz).sum();
@@ -128,7 +180,6 @@ fn bench_model_gemv(
         .iter()
         .map(|n| noise(g, n.div_ceil(128) * k.div_ceil(128), 3, 0x0f))
         .collect::<R<_>>()?;
-    let sms = g.info.sm_count as usize;
     let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let nmax = ns.iter().copied().max().unwrap_or(1);
     for &b in batches {
@@ -137,19 +188,8 @@ fn bench_model_gemv(
             .iter()
             .map(|n| filled(g, b * n, 0f32))
             .collect::<R<_>>()?;
-        let path = GemvPath::for_rows(b);
-        let plan = gemv_splits(sms, tiles, k, wt, path);
-        // The planned split first, then the neighbours (`kbench gemv-sweep`), on a scratch sized for the largest.
-        let ksteps = (k * if wt == GemvWeights::Fp8 { 1 } else { 2 }).div_ceil(128);
-        let mut cands = vec![plan];
-        if sweep {
-            for c in [1, plan / 2, plan * 2, plan * 4] {
-                if c >= 1 && c <= ksteps && !cands.contains(&c) {
-                    cands.push(c);
-                }
-            }
-        }
-        let smax = gemv_splits_max(sms, tiles, k, wt).max(*cands.iter().max().unwrap_or(&1));
+        let cands = gemv_variants(g, (wt, k, tiles), b, mode);
+        let smax = cands.iter().map(|c| c.3).max().unwrap_or(1);
         let (wl, cl) = (
             gemv_ws_len(ns.len(), smax, b, nmax),
             gemv_cnt_len(ns.len(), nmax),
@@ -169,7 +209,7 @@ fn bench_model_gemv(
             p.s[i] = ptr_of_ro(&sc[i], g);
             p.out[i] = ptr_of(&mut ys[i], g);
         }
-        for splits in cands {
+        for (label, path, tune, splits) in cands {
             let ms = time_ms(g, 20, |it| {
                 let mut q = p;
                 for (i, w) in ws[it % copies].iter().enumerate() {
@@ -178,14 +218,22 @@ fn bench_model_gemv(
                 // SAFETY: every buffer above holds the sizes the params name; the scratch is sized for the
                 // largest split timed.
                 Ok(unsafe {
-                    g.launch_gemv_grouped(&g.stream, wt, ns.len(), splits, path, &q, wl, cl)
+                    g.launch_gemv_grouped_tuned(
+                        &g.stream,
+                        wt,
+                        ns.len(),
+                        splits,
+                        (path, tune),
+                        &q,
+                        wl,
+                        cl,
+                    )
                 }?)
             })?;
             let bytes = (wbytes + 2 * b * k + 4 * b * ns.iter().sum::<usize>()) as f64;
             let gbs = bytes / ms / 1e6;
-            let mark = if splits == plan { "" } else { " (sweep)" };
             println!(
-                "| gemv {name:<12} | {nmax}x{k} x{} | {b:>2} | {splits:>3}{mark} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
+                "| gemv {name:<12} | {nmax}x{k} x{} | {b:>2} | {label} | {splits:>3} | {:>8.2} | {gbs:>7.0} | {:>5.1}% |",
                 ns.len(),
                 ms * 1e3,
                 100.0 * gbs / copy
@@ -344,7 +392,8 @@ fn main() -> R<()> {
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
     // `kbench fp4 [B,B..]`: the routed-expert kernel only (at the listed batches; default 1, 8, 64).
     // `kbench gemv [B,B..]`: the model's grouped GEMV launches only (default batches 1, 8, 16); `gemv-sweep`
-    // also times 1, half, twice and four times the planned K splits.
+    // also times 1, half, twice and four times the planned K splits; `gemv-ab` every kernel family and ring
+    // depth (see gemv_variants).
     let mode = std::env::args().nth(1).unwrap_or_default();
     let only_fp4 = mode == "fp4";
     let batches: Vec<usize> = match std::env::args().nth(2) {
@@ -363,9 +412,19 @@ fn main() -> R<()> {
             k.fp8.iter().map(occ).collect::<Vec<_>>(),
             k.bf16.iter().map(occ).collect::<Vec<_>>()
         );
-        println!("| kernel | N x K x groups | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|");
+        for wt in [GemvWeights::Fp8, GemvWeights::Bf16] {
+            let wg: Vec<String> = [8usize, 16, 32, 64]
+                .iter()
+                .map(|&b| match g.wg_ring(wt, b) {
+                    Some(k) => format!("d{} {}/SM", k.depth, k.occupancy),
+                    None => "-".into(),
+                })
+                .collect();
+            println!("wgmma ring {wt:?} (nt1, nt2, nt4, nt8): {wg:?}");
+        }
+        println!("| kernel | N x K x groups | B | launch | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|---|");
         for m in MODEL_GEMVS {
-            bench_model_gemv(&g, m, &batches, copy, mode == "gemv-sweep")?;
+            bench_model_gemv(&g, m, &batches, copy, &mode)?;
         }
         return Ok(());
     }

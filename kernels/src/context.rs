@@ -12,8 +12,10 @@ use crate::probe::{self, GpuInfo};
 pub struct Kernels {
     /// Grouped FP8 / bf16 GEMVs with in-kernel split-K (gemv.cu).
     pub gemv: crate::ops::gemv::GemvKernels,
-    /// The ring GEMVs for 9-64 rows (gemv_ring.cu).
+    /// The ring GEMVs (gemv_ring.cu, mma.sync).
     pub gemv_ring: crate::ops::gemv_ring::RingKernels,
+    /// The ring GEMVs on wgmma (gemv_wg.cu, sm_90a; see GpuContext::wg_ring).
+    pub gemv_wg: crate::ops::gemv_wg::WgKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
     /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
@@ -49,6 +51,7 @@ impl Kernels {
         Ok(Kernels {
             gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
             gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
+            gemv_wg: crate::ops::gemv_wg::WgKernels::resolve(module)?,
             fp4_expert,
             fp4_layout: get("fp4_to_device_layout")?,
             fp4_scales_layout: get("fp4_scales_to_device_layout")?,

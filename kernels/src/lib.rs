@@ -20,7 +20,7 @@ pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Mat, Fp4Tune};
 pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, GemvOut, GemvParams, GemvPlan,
-    GemvScratch, GemvWeights, GEMV_GROUPS, GEMV_ROW_TILE,
+    GemvScratch, GemvWeights, RingTune, GEMV_GROUPS, GEMV_ROW_TILE,
 };
 pub use ops::gemv_ring::{GemvPath, RING_ROWS_MIN};
 pub use ops::mhc::{hc_workspace_len, HcPost, HcPostF, HcPre, HC_MIX, HC_STREAMS};

@@ -126,8 +126,20 @@ pub struct GemvPlan {
     pub k: usize,
     pub splits: usize,
     pub path: GemvPath,
-    /// Ring path: 16-row tiles per warp (1 or 2; 0 picks); any value gives the same bits.
+    /// Ring path: kernel choices (tests and kbench; the default is what the engine runs).
+    pub ring: RingTune,
+}
+
+/// Choices of one ring launch (tests and kbench; the engine launches the default). `mt` and `depth` leave the
+/// bits as they are; `mma_sync` selects the other kernel family where both run, whose bits differ.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RingTune {
+    /// 16-row tiles per warp of the mma.sync ring (1 or 2; 0 picks).
     pub mt: usize,
+    /// The portable mma.sync kernels even where the wgmma ones run.
+    pub mma_sync: bool,
+    /// Ring stages of the wgmma kernels (0: the resolved default; 2 up to the deepest that fits).
+    pub depth: usize,
 }
 
 impl GemvPlan {
@@ -243,7 +255,7 @@ impl GpuContext {
             k,
             splits,
             path,
-            mt: 0,
+            ring: RingTune::default(),
         })
     }
 
@@ -330,7 +342,7 @@ impl GpuContext {
             groups: 1,
             splits: plan.splits,
             path: plan.path,
-            mt: plan.mt,
+            ring: plan.ring,
         };
         // SAFETY: x, w (+ scales), out were checked above to hold B*K, N*K (+ scale bytes) and B*N
         // elements; ws/cnt are the scratch's own buffers with their lengths.
@@ -355,12 +367,43 @@ impl GpuContext {
         ws_len: usize,
         cnt_len: usize,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.launch_gemv_grouped_tuned(
+                s,
+                wt,
+                groups,
+                splits,
+                (path, RingTune::default()),
+                p,
+                ws_len,
+                cnt_len,
+            )
+        }
+    }
+
+    /// [`GpuContext::launch_gemv_grouped`] with the ring's kernel choices (kbench).
+    ///
+    /// # Safety
+    /// As [`GpuContext::launch_gemv_grouped`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_gemv_grouped_tuned(
+        &self,
+        s: &CudaStream,
+        wt: GemvWeights,
+        groups: usize,
+        splits: usize,
+        (path, ring): (GemvPath, RingTune),
+        p: &GemvParams,
+        ws_len: usize,
+        cnt_len: usize,
+    ) -> Result<()> {
         let launch = GemvLaunch {
             wt,
             groups,
             splits,
             path,
-            mt: 0,
+            ring,
         };
         // SAFETY: the caller's contract.
         unsafe { self.launch_gemv_with(s, launch, p, ws_len, cnt_len) }
@@ -405,7 +448,7 @@ impl GpuContext {
         )?;
         if l.path == GemvPath::Ring {
             // SAFETY: caller's contract; shapes and splits checked above.
-            return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.mt, p) };
+            return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.ring, p) };
         }
         let cfg = LaunchConfig {
             grid_dim: (
@@ -434,7 +477,7 @@ struct GemvLaunch {
     groups: usize,
     splits: usize,
     path: GemvPath,
-    mt: usize,
+    ring: RingTune,
 }
 
 fn shape_err(what: &str) -> KernelError {

@@ -1,13 +1,14 @@
-//! The decode GEMVs of 9-64 rows (cuda/gemv_ring.cu): a cp.async ring per block that stages x once per
-//! block. [`GemvPath`] picks it or gemv.cu's kernels by the row count; each family has its own split-K rule
-//! (shape only, never the batch), so a row's bits do not depend on the batch within a family.
+//! The ring decode GEMVs (cuda/gemv_ring.cu, mma.sync; cuda/gemv_wg.cu, wgmma on sm_90a: see gemv_wg.rs): a
+//! cp.async ring per block that stages x once per block. [`GemvPath`] picks the ring or gemv.cu's kernels by
+//! the row count; each family has its own split-K rule (shape only, never the batch), so a row's bits do not
+//! depend on the batch within a family (on one device: the wgmma and mma.sync rings differ in their bits).
 use std::sync::OnceLock;
 
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use std::sync::Arc;
 
-use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS};
+use super::gemv::{GemvParams, GemvWeights, RingTune, GEMV_GROUPS};
 use super::grid;
 use crate::context::GpuContext;
 use crate::error::{KernelError, Result};
@@ -19,8 +20,8 @@ const NAME: &str = "gemv_ring";
 const SPLITS_MAX: usize = 8;
 /// Weight rows per warp and row tile (a block holds 8 warps of MT tiles).
 const WARP_ROWS: usize = 16;
-/// Fewest rows the ring kernels take (they exist for 2, 4 and 8 batch tiles of 8).
-pub const RING_ROWS_MIN: usize = 9;
+/// Fewest rows the ring kernels take (the mma.sync ring runs 1-16 rows on its 2-tile kernel).
+pub const RING_ROWS_MIN: usize = 1;
 /// Default first row count on the ring (`DSV4_GEMV_RING_MIN` overrides it, 65 turns the ring off):
 /// measured on the H200 in kernels/BENCH_NOTES.md (gemv-hybrid).
 const RING_FROM_DEFAULT: usize = 17;
@@ -191,7 +192,7 @@ impl RingKernels {
 
 impl GpuContext {
     /// Launches the ring kernel for `groups` groups of `p` with `splits` (checked by the caller against
-    /// [`ring_splits_ok`]); `mt` 0 picks the row tiling.
+    /// [`ring_splits_ok`]): the wgmma one where it runs (unless `tune.mma_sync`), else the mma.sync one.
     ///
     /// # Safety
     /// As [`GpuContext::launch_gemv_grouped`], whose checks the caller has made.
@@ -201,10 +202,15 @@ impl GpuContext {
         wt: GemvWeights,
         groups: usize,
         splits: usize,
-        mt: usize,
+        tune: RingTune,
         p: &GemvParams,
     ) -> Result<()> {
         let (b, nmax) = (p.b as usize, p.nmax as usize);
+        if let Some(kern) = self.wg_ring(wt, b).filter(|_| !tune.mma_sync) {
+            // SAFETY: caller's contract.
+            return unsafe { self.launch_gemv_wg(s, kern, tune.depth, (groups, splits), p) };
+        }
+        let mt = tune.mt;
         let ring = &self.kernels.gemv_ring;
         let mt = match mt {
             0 => {

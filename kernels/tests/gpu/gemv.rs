@@ -3,8 +3,9 @@ use dsv4_kernels::{GemvOut, GemvPath, GemvScratch, GemvWeights, RING_ROWS_MIN};
 
 use crate::common::*;
 
-/// (batch, N, K): split-K and single-pass plans, K not a multiple of 128, N not a multiple of 32.
-const SHAPES: [(usize, usize, usize); 7] = [
+/// (batch, N, K): split-K and single-pass plans, K not a multiple of 128, N not a multiple of 32, a batch in
+/// every 8-column bucket of the ring kernels (1, 2, 3-4 and 5-8 tiles of 8).
+const SHAPES: [(usize, usize, usize); 9] = [
     (1, 512, 4096),
     (3, 300, 1040),
     (8, 129, 2048),
@@ -12,6 +13,8 @@ const SHAPES: [(usize, usize, usize); 7] = [
     (17, 77, 272),
     (64, 640, 2304),
     (33, 1000, 1024),
+    (12, 1160, 1552),
+    (57, 200, 4112),
 ];
 
 /// Worst error relative to the bound 1e-5 * sum|x*w| (f32 accumulation error grows with it; 1e-5 is ~100
@@ -34,11 +37,14 @@ fn assert_within(what: &str, got: &[f32], want: &[f32], mag: &[f32], bf16_out: b
     worst
 }
 
-/// The kernel families that take `b` rows: gemv.cu always, the ring from RING_ROWS_MIN rows.
-fn paths_for(b: usize) -> Vec<GemvPath> {
-    let mut v = vec![GemvPath::Skinny];
+/// The kernels that take `b` rows, as (family, portable mma.sync ring): gemv.cu always; the ring from
+/// RING_ROWS_MIN rows, both its wgmma kernels (where they run: on other devices this repeats the mma.sync ones)
+/// and its mma.sync kernels.
+fn paths_for(b: usize) -> Vec<(GemvPath, bool)> {
+    let mut v = vec![(GemvPath::Skinny, false)];
     if b >= RING_ROWS_MIN {
-        v.push(GemvPath::Ring);
+        v.push((GemvPath::Ring, false));
+        v.push((GemvPath::Ring, true));
     }
     v
 }
@@ -48,16 +54,17 @@ fn run_case(
     seed: u64,
     (b, n, k): (usize, usize, usize),
     bf16_out: bool,
-    path: GemvPath,
+    (path, mma_sync): (GemvPath, bool),
 ) {
     let mut r = rng(seed);
     let x = rand_bf16(&mut r, b * k);
     let w = rand_e4m3(&mut r, n * k);
     let s = rand_exponents(&mut r, n.div_ceil(128) * k.div_ceil(128), 100, 134);
     let want = reference::fp8_gemv(&x, &w, &s, b, n, k);
-    let plan = g
+    let mut plan = g
         .gemv_plan_on(path, GemvWeights::Fp8, b, n, k)
         .expect("plan");
+    plan.ring.mma_sync = mma_sync;
     let (dx, dw, ds) = (upload(g, &x), upload(g, &w), upload(g, &s));
     let mut ws =
         GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len()).expect("scratch");
@@ -102,7 +109,7 @@ fn run_case(
         })
         .collect();
     let what = format!(
-        "fp8 gemv {path:?} b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+        "fp8 gemv {path:?} (mma.sync {mma_sync}) b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
         plan.splits
     );
     let worst = assert_within(&what, &got, &want, &absum, bf16_out);
@@ -125,8 +132,9 @@ fn fp8_gemv_matches_reference() {
             run_case(&g, 100 + i as u64, *shape, false, path);
         }
     }
-    run_case(&g, 200, (5, 384, 1024), true, GemvPath::Skinny);
-    run_case(&g, 201, (40, 384, 1024), true, GemvPath::Ring);
+    run_case(&g, 200, (5, 384, 1024), true, (GemvPath::Skinny, false));
+    run_case(&g, 201, (40, 384, 1024), true, (GemvPath::Ring, false));
+    run_case(&g, 202, (40, 384, 1024), true, (GemvPath::Ring, true));
 }
 
 /// bf16 weights: split and unsplit plans, awkward N and K (K % 64 != 0), both output types, twice on the
@@ -135,11 +143,13 @@ fn fp8_gemv_matches_reference() {
 fn bf16_gemv_matches_reference() {
     let Some(ctx) = gpu() else { return };
     let g = &ctx;
-    for (i, (b, n, k), path) in [
+    for (i, (b, n, k), (path, mma_sync)) in [
         (1usize, 256usize, 4096usize),
         (7, 77, 264),
         (64, 1000, 1032),
         (9, 4100, 512),
+        (16, 333, 1000),
+        (30, 130, 4104),
     ]
     .iter()
     .enumerate()
@@ -148,9 +158,10 @@ fn bf16_gemv_matches_reference() {
         let mut r = rng(300 + i as u64);
         let x = rand_bf16(&mut r, b * k);
         let w = rand_bf16(&mut r, n * k);
-        let plan = g
+        let mut plan = g
             .gemv_plan_on(path, GemvWeights::Bf16, b, n, k)
             .expect("plan");
+        plan.ring.mma_sync = mma_sync;
         let (dx, dw) = (upload(g, &x), upload(g, &w));
         let mut ws = GemvScratch::new(&g.stream, plan.workspace_len(), plan.counters_len())
             .expect("scratch");
@@ -185,7 +196,7 @@ fn bf16_gemv_matches_reference() {
             }
         }
         let what = format!(
-            "bf16 gemv {path:?} b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
+            "bf16 gemv {path:?} (mma.sync {mma_sync}) b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
             plan.splits
         );
         let worst = assert_within(&what, &got, &want, &mag, bf16_out);
@@ -202,15 +213,16 @@ fn gemv_rejects_bad_shapes() {
     assert!(g.gemv_plan(fp8, 65, 128, 128).is_err());
     assert!(g.gemv_plan(fp8, 1, 128, 100).is_err());
     assert!(g.gemv_plan(GemvWeights::Bf16, 1, 128, 100).is_err());
-    // The ring kernels exist for 2, 4 and 8 batch tiles only.
-    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 8, 128, 128).is_err());
-    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 9, 128, 128).is_ok());
+    // The ring takes 1..=64 rows too.
+    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 1, 128, 128).is_ok());
+    assert!(g.gemv_plan_on(GemvPath::Ring, fp8, 65, 128, 128).is_err());
 }
 
 /// Within a kernel family a row's bits depend neither on the batch nor on the other rows: launches of
-/// shrinking batches on one scratch (ring: 64, 33, 17, 9 rows with both row tilings; gemv.cu: 64, 17, 8,
-/// 3, 1 rows) give the 64-row launch's bits for their first rows, on awkward shapes (split and unsplit, K
-/// not a multiple of the step, N not a multiple of 16), FP8 and bf16.
+/// shrinking batches on one scratch (the ring's wgmma kernels: 64, 33, 17, 9, 8, 3, 1 rows, one per column
+/// bucket and more; its mma.sync kernels: 64, 33, 17, 9, 1 with both row tilings; gemv.cu: 64, 17, 8, 3, 1)
+/// give the 64-row launch's bits for their first rows, on awkward shapes (split and unsplit, K not a multiple
+/// of the step, N not a multiple of 16), FP8 and bf16.
 #[test]
 fn gemv_rows_are_batch_invariant_within_a_family() {
     let Some(g) = gpu() else { return };
@@ -224,8 +236,21 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
         (bf, 77, 264),
     ];
     let families = [
-        (GemvPath::Ring, &[64usize, 33, 17, 9][..], &[1usize, 2][..]),
-        (GemvPath::Skinny, &[64usize, 17, 8, 3, 1][..], &[0usize][..]),
+        (
+            (GemvPath::Ring, false),
+            &[64usize, 33, 17, 9, 8, 3, 1][..],
+            &[0usize][..],
+        ),
+        (
+            (GemvPath::Ring, true),
+            &[64usize, 33, 17, 9, 1][..],
+            &[1usize, 2][..],
+        ),
+        (
+            (GemvPath::Skinny, false),
+            &[64usize, 17, 8, 3, 1][..],
+            &[0usize][..],
+        ),
     ];
     for (i, &(wt, n, k)) in shapes.iter().enumerate() {
         let mut r = rng(500 + i as u64);
@@ -236,7 +261,7 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
             &rand_exponents(&mut r, n.div_ceil(128) * k.div_ceil(128), 100, 134),
         );
         let dwb = upload(&g, &rand_bf16(&mut r, n * k));
-        for &(path, batches, mts) in &families {
+        for &((path, mma_sync), batches, mts) in &families {
             let plan64 = g.gemv_plan_on(path, wt, 64, n, k).expect("plan");
             let mut ws = GemvScratch::new(&g.stream, plan64.workspace_len(), plan64.counters_len())
                 .expect("scratch");
@@ -245,7 +270,8 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
                 for &mt in mts {
                     let mut plan = g.gemv_plan_on(path, wt, b, n, k).expect("plan");
                     assert_eq!(plan.splits, plan64.splits, "the split must not depend on B");
-                    plan.mt = mt;
+                    plan.ring.mt = mt;
+                    plan.ring.mma_sync = mma_sync;
                     let mut y = upload(&g, &vec![f32::NAN; b * n]);
                     let out = GemvOut::f32(&mut y, &g.stream);
                     match wt {
@@ -259,12 +285,14 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
                     .expect("launch");
                     let got = download(&g, &y);
                     let want = base.get_or_insert_with(|| got.clone());
-                    let what = format!("{path:?} {wt:?} n={n} k={k} b={b} mt={mt} vs B=64");
+                    let what = format!(
+                        "{path:?} (mma.sync {mma_sync}) {wt:?} n={n} k={k} b={b} mt={mt} vs B=64"
+                    );
                     assert_same_bits(&got, &want[..b * n], &what);
                 }
             }
             println!(
-                "{path:?} {wt:?} n={n} k={k} splits={}: {batches:?} bit-identical",
+                "{path:?} (mma.sync {mma_sync}) {wt:?} n={n} k={k} splits={}: {batches:?} bit-identical",
                 plan64.splits
             );
         }
