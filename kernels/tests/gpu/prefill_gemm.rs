@@ -164,6 +164,35 @@ fn pf_gemm_dense_matches_reference() {
     dense_case(&g, 51, 65, &[96], 64, PfWeights::Bf16, 64, true);
 }
 
+/// sum_k |x[r(slot), k] * W[ids[slot], n, k]| per (slot, n) for FP4 experts (checkpoint-order weights `w`,
+/// scales `sc`), the scale of the routed-expert tests' bound; `(topk, n, k)` as in `reference::fp4_expert`.
+pub fn fp4_absum(
+    x: &[bf16],
+    w: &[u8],
+    sc: &[u8],
+    ids: &[i32],
+    (topk, n, k): (usize, usize, usize),
+    per_slot: bool,
+) -> Vec<f32> {
+    (0..ids.len() * n)
+        .map(|i| {
+            let (slot, row) = (i / n, i % n);
+            let e = ids[slot] as usize;
+            let xr = if per_slot { slot } else { slot / topk };
+            (0..k)
+                .map(|j| {
+                    let base = (e * n + row) * k;
+                    let byte = w[(base + j) / 2];
+                    let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
+                    let wv = reference::formats::e2m1_to_f32(nib)
+                        * reference::formats::ue8m0(sc[base / 32 + j / 32]);
+                    (x[xr * k + j].to_f32() * wv).abs()
+                })
+                .sum()
+        })
+        .collect()
+}
+
 #[allow(clippy::too_many_arguments)]
 /// pf_moe_group, then the expert GEMM as w1 + w3 (two groups, x per token) and as w2 (x per slot).
 fn expert_case(
@@ -229,23 +258,7 @@ fn expert_case(
             .expect("launch");
         for (gi, (w, sc, _, _, out, want)) in keep.iter().enumerate() {
             let got = download(g, out);
-            let absum: Vec<f32> = (0..s * n)
-                .map(|i| {
-                    let (slot, row) = (i / n, i % n);
-                    let e = ids[slot] as usize;
-                    let xr = if per_slot { slot } else { slot / topk };
-                    (0..k)
-                        .map(|j| {
-                            let base = (e * n + row) * k;
-                            let byte = w[(base + j) / 2];
-                            let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
-                            let wv = reference::formats::e2m1_to_f32(nib)
-                                * reference::formats::ue8m0(sc[base / 32 + j / 32]);
-                            (x[xr * k + j].to_f32() * wv).abs()
-                        })
-                        .sum()
-                })
-                .collect();
+            let absum = fp4_absum(&x, w, sc, &ids, (topk, n, k), per_slot);
             let name = format!("pf_gemm_fp4_expert bm {bm} b {b} topk {topk} E {experts} n {n} k {k} slot-x {per_slot} g {gi}");
             check(&name, &got, want, &absum, false);
         }
