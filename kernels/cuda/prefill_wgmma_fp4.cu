@@ -19,12 +19,15 @@
 // Launch:  grid (ceil(N / 128), max tiles, groups), 256 threads = 2 warpgroups; block (x, y) multiplies weight
 //          rows 128x .. 128x + 127 of tile y's expert by the tile's rows (blocks past tiles[0] exit), so the blocks
 //          that read one tile's x run together and x comes from L2 after the first. The tile's row count picks NT
-//          (the smallest instance >= rows; tiles must hold <= 256 rows: pf_moe_group with bm = 256).
+//          (the smallest instance >= rows). Two kernels: pf_wgmma_fp4_expert (tiles of <= 256 rows, one block per
+//          SM) and pf_wgmma_fp4_expert_s (<= 64 rows, half the ring, two blocks per SM: short prompts, where the
+//          decode and load latencies, not the tensor cores, set the pace).
 // Memory:  a ring of STAGES(NT) stages of one 128-k chunk: x' [2 halves][NT rows][128 B] in the 128-byte swizzle
 //          of prefill_wgmma.cu (descriptor SBO 1024, k16 steps 32 B apart), then the raw FP4 weights
 //          [128 rows][64 B]; both by cp.async (x rows past the tile's are not copied: their columns are never
-//          stored; weight rows past N and k past K are zero-filled). Scales (one byte per row and 32 k, the
-//          device layout) are read per chunk from global, one chunk ahead. 219 KB of dynamic shared memory.
+//          stored; weight rows past N and k past K are zero-filled), and the rows' scale words of the chunk (the
+//          device scale layout, K % 128 == 0: 128 x 4 contiguous bytes) in a ring of their own; the checkpoint
+//          scale layout (K % 128 != 0, tests) is read from global one chunk ahead. 225 KB (112 KB) of shared memory.
 // Compute: per chunk: wait for its stage, fence.proxy.async, barrier, refill the stage read two chunks ago; each
 //          thread loads its two rows' 16 raw bytes and, per k32 sub-chunk, decodes 2 words into 8 registers (a
 //          rotate/mask and one bf16x2 multiply per pair), then 2 wgmma m64nNTk16 and a commit. Three groups stay
@@ -34,8 +37,9 @@
 
 #define PFX_ROWS 128                          // weight rows of a block (2 warpgroups x 64)
 #define PFX_WBYTES (PFX_ROWS * 64)            // raw FP4 bytes of one stage: 128 rows x 128 k
-#define PFX_RING (216 * 1024)                 // ring bytes: 3 stages at NT = 256
-#define PFX_MAX_NT 256
+#define PFX_RING (216 * 1024)                 // ring bytes of pf_wgmma_fp4_expert: 3 stages at NT = 256
+#define PFX_RING_S (104 * 1024)               // ... of pf_wgmma_fp4_expert_s (two blocks per SM): 4 at NT = 64
+#define PFX_SRING (12 * 512)                  // the scale words' ring: 128 rows x 4 B, up to 12 stages
 
 // x [rows, K] -> x' [rows, Kp] in the K order above. One thread per (row, 128-chunk, j): reads the 4 physical
 // 16-byte pieces 4t + j (t < 4) and writes the 64 logical bytes 64 j .. 64 j + 63 of the chunk. Portable.
@@ -74,8 +78,8 @@ extern "C" __global__ void __launch_bounds__(256) pf_kperm(PfKperm p) {
 
 #if defined(PFW_ENABLED)
 
-// wgmma m64nNTk16, A (4 registers a thread) from registers, B by descriptor, d += A . B (NT / 2 accumulators).
-// The operand strings list %0 .. %(NT/2 - 1) for d, then a, b and the constant that sets the accumulate flag.
+// wgmma m64nNTk16, A (4 registers a thread) from registers, B by descriptor, d (+)= A . B (NT / 2 accumulators;
+// acc = 0 overwrites d). The operand strings list %0 .. %(NT/2 - 1) for d, then a, b and acc.
 #define PFX_S1 "%0, %1, %2, %3, %4, %5, %6, %7"
 #define PFX_S2 PFX_S1 ", %8, %9, %10, %11, %12, %13, %14, %15"
 #define PFX_S3 PFX_S2 ", %16, %17, %18, %19, %20, %21, %22, %23"
@@ -113,17 +117,17 @@ extern "C" __global__ void __launch_bounds__(256) pf_kperm(PfKperm p) {
 #define PFX_R16(d) PFX_R15(d), PFX_R8(d, 120)
 
 template <int NT>
-__device__ __forceinline__ void pfx_mma(float (&d)[NT / 2], const u32 (&a)[4], u64 b);
+__device__ __forceinline__ void pfx_mma(float (&d)[NT / 2], const u32 (&a)[4], u64 b, u32 acc);
 
 // S / R: the operand-list macros for NT / 16 groups of 8 accumulators; A0..ONE: the numbers that follow them.
 #define PFX_MMA(NT, S, R, A0, A1, A2, A3, B, ONE)                                                             \
     template <>                                                                                              \
-    __device__ __forceinline__ void pfx_mma<NT>(float (&d)[NT / 2], const u32(&a)[4], u64 b) {               \
+    __device__ __forceinline__ void pfx_mma<NT>(float (&d)[NT / 2], const u32(&a)[4], u64 b, u32 acc) {               \
         asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" ONE ", 0;\n"                                       \
                      "wgmma.mma_async.sync.aligned.m64n" #NT "k16.f32.bf16.bf16 {" S "}, {%" A0 ", %" A1       \
                      ", %" A2 ", %" A3 "}, %" B ", p, 1, 1, 0;\n}\n"                                            \
                      : R(d)                                                                                  \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                          \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));                          \
     }
 PFX_MMA(16, PFX_S1, PFX_R1, "8", "9", "10", "11", "12", "13")
 PFX_MMA(32, PFX_S2, PFX_R2, "16", "17", "18", "19", "20", "21")
@@ -136,9 +140,9 @@ PFX_MMA(192, PFX_S12, PFX_R12, "96", "97", "98", "99", "100", "101")
 PFX_MMA(224, PFX_S14, PFX_R14, "112", "113", "114", "115", "116", "117")
 PFX_MMA(256, PFX_S16, PFX_R16, "128", "129", "130", "131", "132", "133")
 
-// Ring depth for NT columns: as many (x', weights) stages as PFX_RING holds, at most 12.
-__host__ __device__ constexpr int pfx_stages(int nt) {
-    return PFX_RING / (PFX_WBYTES + nt * 256) < 12 ? PFX_RING / (PFX_WBYTES + nt * 256) : 12;
+// Ring depth for NT columns: as many (x', weights) stages as `ring` bytes hold, at most 12.
+__host__ __device__ constexpr int pfx_stages(int nt, int ring) {
+    return ring / (PFX_WBYTES + nt * 256) < 12 ? ring / (PFX_WBYTES + nt * 256) : 12;
 }
 
 // What one block works on: its group, expert, tile rows and the per-row tables in shared memory.
@@ -148,14 +152,22 @@ struct PfxTile {
     const u8* x;       // x' of the group
     const int* slot;   // [NT] output slot of each tile row (shared)
     const u32* xrow;   // [NT] x' row of each tile row (shared)
+    u32 base, sring;   // shared addresses of the ring and of the scale ring
     int N, K, n0, rows, xbytes;  // xbytes: bytes of one x' row (2 Kp)
 };
 
-// cp.async of chunk kb into the stage at `st`: x' rows < t.rows (16 threads a row, 16 B each) and the block's
-// 128 weight rows x 64 B (4 threads a row; rows past N and k past K zero-filled).
-template <int NT>
-__device__ __forceinline__ void pfx_load(const PfxTile& t, int kb, u32 st) {
+// cp.async of chunk kb into stage `stage`: x' rows < t.rows (16 threads a row, 16 B each), the block's 128
+// weight rows x 64 B (4 threads a row; rows past N and k past K zero-filled) and, in the device scale layout,
+// the rows' scale words of the chunk (one thread a row).
+template <int NT, bool SDEV>
+__device__ __forceinline__ void pfx_load(const PfxTile& t, int kb, int stage) {
     const int tid = threadIdx.x, c16 = tid & 15;
+    const u32 st = t.base + stage * (PFX_WBYTES + NT * 256);
+    if (SDEV && tid < PFX_ROWS) {
+        const bool ok = t.n0 + tid < t.N;
+        const u8* src = t.s + ((u64)kb * t.N + t.n0 + tid) * 4;
+        cp_async4(t.sring + stage * 512 + tid * 4, ok ? (const void*)src : (const void*)t.s, ok ? 4u : 0u);
+    }
     const u32 xdst = st + (c16 >> 3) * NT * 128;
 #pragma unroll
     for (int i = 0; i < NT / 16; ++i) {
@@ -175,7 +187,8 @@ __device__ __forceinline__ void pfx_load(const PfxTile& t, int kb, u32 st) {
     }
 }
 
-// This thread's scale multipliers (pf_fp4_scale) of chunk kb for its rows n and n + 8; 0 outside N and K.
+// This thread's scale bytes of chunk kb for its rows n and n + 8 from global memory (checkpoint scale layout,
+// K % 128 != 0); 0 outside N and K.
 __device__ __forceinline__ void pfx_scales(const PfxTile& t, int kb, int n, u32 (&e)[2]) {
     const int gi = 4 * kb + (threadIdx.x & 3);
 #pragma unroll
@@ -215,38 +228,48 @@ __device__ __forceinline__ void pfx_store(const PfGemm& p, const PfxTile& t, int
     }
 }
 
-template <int NT>
-__device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g, u32 base) {
-    constexpr int STAGES = pfx_stages(NT), AHEAD = STAGES - 2, SB = PFX_WBYTES + NT * 256;
+// SDEV: K % 128 == 0, the device scale layout (staged through the scale ring); else the checkpoint layout, read
+// from global one chunk ahead. A template parameter: a run-time branch on it makes ptxas serialize the wgmmas.
+template <int NT, bool SDEV, int RING>
+__device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g) {
+    constexpr int STAGES = pfx_stages(NT, RING), AHEAD = STAGES - 2, SB = PFX_WBYTES + NT * 256;
     const int kbs = (t.K + 127) >> 7, tid = threadIdx.x, lane = tid & 31;
     const int wrow = 64 * (tid >> 7) + 16 * ((tid >> 5) & 3) + (lane >> 2);  // this thread's row g in the block
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
-        if (s < kbs) pfx_load<NT>(t, s, base + s * SB);
+        if (s < kbs) pfx_load<NT, SDEV>(t, s, s);
         cp_async_commit();
     }
+    // No zero fill: the first wgmma overwrites (with zeroed accumulators, ptxas serialized the wgmma pipeline
+    // of some instances, C7515).
     float acc[NT / 2];
-#pragma unroll
-    for (int i = 0; i < NT / 2; ++i) acc[i] = 0.f;
-    u32 e[2];
-    pfx_scales(t, 0, t.n0 + wrow, e);
+    u32 e[2] = {0u, 0u};
+    if (!SDEV) pfx_scales(t, 0, t.n0 + wrow, e);
 
     for (int kb = 0; kb < kbs; ++kb) {
         cp_async_wait<AHEAD - 1>();
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();  // chunk kb is in for all; every warpgroup is done with the stage refilled below
         const int nk = kb + AHEAD;
-        if (nk < kbs) pfx_load<NT>(t, nk, base + (nk % STAGES) * SB);
+        if (nk < kbs) pfx_load<NT, SDEV>(t, nk, nk % STAGES);
         cp_async_commit();
-        const u32 st = base + (kb % STAGES) * SB;
+        const u32 st = t.base + (kb % STAGES) * SB;
         uint4 lo, hi;
         const u32 wa = st + NT * 256 + wrow * 64 + 16 * (lane & 3);
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(lo.x), "=r"(lo.y), "=r"(lo.z), "=r"(lo.w) : "r"(wa));
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(hi.x), "=r"(hi.y), "=r"(hi.z), "=r"(hi.w)
                      : "r"(wa + 8 * 64));
+        if (SDEV) {  // byte t of the rows' staged scale words (the chunk's 4 groups)
+            const u32 sa = t.sring + (kb % STAGES) * 512 + wrow * 4, sh = 8 * (lane & 3);
+            u32 wl, wh;
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(wl) : "r"(sa));
+            asm volatile("ld.shared.u32 %0, [%1];" : "=r"(wh) : "r"(sa + 8 * 4));
+            e[0] = (wl >> sh) & 255u;
+            e[1] = (wh >> sh) & 255u;
+        }
         const u32 flo = pf_fp4_scale(e[0]), fhi = pf_fp4_scale(e[1]);
-        if (kb + 1 < kbs) pfx_scales(t, kb + 1, t.n0 + wrow, e);
+        if (!SDEV && kb + 1 < kbs) pfx_scales(t, kb + 1, t.n0 + wrow, e);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             u32 a0[4], a1[4];
@@ -254,8 +277,8 @@ __device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g
             pfx_decode(pfx_word(lo, j), pfx_word(hi, j), flo, fhi, a0, a1);
             const u32 b = st + (j >> 1) * NT * 128 + (j & 1) * 64;
             pfw_fence();
-            pfx_mma<NT>(acc, a0, pfw_desc(b));
-            pfx_mma<NT>(acc, a1, pfw_desc(b + 32));
+            pfx_mma<NT>(acc, a0, pfw_desc(b), (kb | j) != 0);
+            pfx_mma<NT>(acc, a1, pfw_desc(b + 32), 1u);
             pfw_commit();
         }
     }
@@ -264,18 +287,20 @@ __device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g
 }
 #endif
 
-// One block of 256 threads per SM (up to 128 accumulators a thread at NT = 256; 219 KB of shared memory).
-extern "C" __global__ void __launch_bounds__(256, 1) pf_wgmma_fp4_expert(PfGemm p) {
+// The block's tile and its dispatch to the instance of NT columns (the smallest >= the tile's rows). RING: the
+// ring bytes; MAXNT: the most rows a tile may hold.
+template <int RING, int MAXNT>
+__device__ __forceinline__ void pfx_main(const PfGemm& p) {
 #if defined(PFW_ENABLED)
     extern __shared__ __align__(1024) u8 pfx_smem[];
     pdl_wait();
     const int g = blockIdx.z, N = p.n[g], n0 = blockIdx.x * PFX_ROWS, tile = blockIdx.y;
     if (n0 >= N || tile >= p.tiles[0]) return;
     const int expert = p.tiles[1 + 3 * tile], m0 = p.tiles[2 + 3 * tile], rows = p.tiles[3 + 3 * tile];
-    if (rows > PFX_MAX_NT) __trap();  // grouped for another kernel: a caller bug, never silently wrong
+    if (rows > MAXNT) __trap();  // grouped for another kernel: a caller bug, never silently wrong
     const u32 base = (smem_u32(pfx_smem) + 1023u) & ~1023u;  // the swizzle pattern repeats every 1024 B
-    int* slot = (int*)(pfx_smem + 1024 + PFX_RING);
-    u32* xrow = (u32*)(slot + PFX_MAX_NT);
+    int* slot = (int*)(pfx_smem + 1024 + RING + PFX_SRING);
+    u32* xrow = (u32*)(slot + MAXNT);
     for (int r = threadIdx.x; r < rows; r += blockDim.x) {
         const int s = p.order[m0 + r];
         slot[r] = s;
@@ -294,17 +319,40 @@ extern "C" __global__ void __launch_bounds__(256, 1) pf_wgmma_fp4_expert(PfGemm 
     t.n0 = n0;
     t.rows = rows;
     t.xbytes = ((K + 127) >> 7) * 256;
-    if (rows <= 16) pfx_run<16>(p, t, g, base);
-    else if (rows <= 32) pfx_run<32>(p, t, g, base);
-    else if (rows <= 48) pfx_run<48>(p, t, g, base);
-    else if (rows <= 64) pfx_run<64>(p, t, g, base);
-    else if (rows <= 96) pfx_run<96>(p, t, g, base);
-    else if (rows <= 128) pfx_run<128>(p, t, g, base);
-    else if (rows <= 160) pfx_run<160>(p, t, g, base);
-    else if (rows <= 192) pfx_run<192>(p, t, g, base);
-    else if (rows <= 224) pfx_run<224>(p, t, g, base);
-    else pfx_run<256>(p, t, g, base);
+    t.base = base;
+    t.sring = base + RING;
+    if ((K & 127) != 0) {  // the checkpoint scale layout (tiny test models): few instances suffice
+        if (MAXNT <= 64 || rows <= 64) pfx_run<64, false, RING>(p, t, g);
+        else pfx_run<MAXNT, false, RING>(p, t, g);
+    } else if (rows <= 16) {
+        pfx_run<16, true, RING>(p, t, g);
+    } else if (rows <= 32) {
+        pfx_run<32, true, RING>(p, t, g);
+    } else if (rows <= 48) {
+        pfx_run<48, true, RING>(p, t, g);
+    } else if (MAXNT <= 64 || rows <= 64) {
+        pfx_run<64, true, RING>(p, t, g);
+    } else if (rows <= 96) {
+        pfx_run<(MAXNT > 64 ? 96 : 64), true, RING>(p, t, g);
+    } else if (rows <= 128) {
+        pfx_run<(MAXNT > 64 ? 128 : 64), true, RING>(p, t, g);
+    } else if (rows <= 160) {
+        pfx_run<(MAXNT > 64 ? 160 : 64), true, RING>(p, t, g);
+    } else if (rows <= 192) {
+        pfx_run<(MAXNT > 64 ? 192 : 64), true, RING>(p, t, g);
+    } else if (rows <= 224) {
+        pfx_run<(MAXNT > 64 ? 224 : 64), true, RING>(p, t, g);
+    } else {
+        pfx_run<MAXNT, true, RING>(p, t, g);
+    }
 #else
     __trap();
 #endif
 }
+
+// Tiles of up to 256 rows, one block of 256 threads per SM (up to 128 accumulators a thread at NT = 256; 225 KB of
+// shared memory).
+extern "C" __global__ void __launch_bounds__(256, 1) pf_wgmma_fp4_expert(PfGemm p) { pfx_main<PFX_RING, 256>(p); }
+// Tiles of up to 64 rows (short prompts: ~24 rows per expert at 1K tokens), two blocks per SM (<= 128 registers,
+// 2 x 111 KB): twice the warps to hide the decode's and the loads' latency where the tensor work is small.
+extern "C" __global__ void __launch_bounds__(256, 2) pf_wgmma_fp4_expert_s(PfGemm p) { pfx_main<PFX_RING_S, 64>(p); }

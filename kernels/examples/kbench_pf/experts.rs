@@ -1,6 +1,7 @@
 //! `kbench pfexp [M,..]`: the prefill's routed FP4 experts at the model's shapes (hidden 4096, intermediate
 //! 2048, 256 experts, top-6 of pseudo-random routing over M tokens): pf_gemm_fp4_expert (bm 64 or 128 as the
-//! engine picks) against pf_kperm + pf_wgmma_fp4_expert (tiles of up to 256 rows), in TFLOP/s.
+//! engine picks) against pf_kperm + pf_wgmma_fp4_expert (tiles of up to 256 or 128 rows) or
+//! pf_wgmma_fp4_expert_s (64, two blocks per SM), in TFLOP/s.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfGemm, PfGroup, PfKperm, PfWeights};
 use dsv4_kernels::{bf16, pf_kperm_cols, pf_max_tiles, GpuContext, PF_WGMMA_FP4_BM};
@@ -104,9 +105,16 @@ fn group(
     Ok((tiles, order, max_tiles))
 }
 
-/// Milliseconds of one expert GEMM launch of `p`: pf_gemm_fp4_expert with tiles of `bm` rows, or (None)
-/// pf_wgmma_fp4_expert.
-fn time_gemm(g: &GpuContext, p: &PfGemm, groups: usize, tiles: usize, bm: Option<usize>) -> R<f64> {
+/// Milliseconds of one expert GEMM launch of `p`: pf_gemm_fp4_expert with tiles of `bm` rows, or (None) the
+/// wgmma kernel for tiles of `wbm` rows.
+fn time_gemm(
+    g: &GpuContext,
+    p: &PfGemm,
+    groups: usize,
+    tiles: usize,
+    bm: Option<usize>,
+    wbm: usize,
+) -> R<f64> {
     time_ms(g, 3, |_| {
         // SAFETY: bench_m fills p: x (K-permuted for the wgmma kernel) holds every row the tiles name, the
         // weights E x n x k/2 bytes with their scales, the outputs slots x n f32; tiles/order from pf_moe_group
@@ -114,7 +122,7 @@ fn time_gemm(g: &GpuContext, p: &PfGemm, groups: usize, tiles: usize, bm: Option
         unsafe {
             match bm {
                 Some(bm) => g.launch_pf_gemm(&g.stream, PfWeights::Fp4Expert, bm, groups, tiles, p),
-                None => g.launch_pf_wgmma_fp4_expert(&g.stream, groups, tiles, p),
+                None => g.launch_pf_wgmma_fp4_expert(&g.stream, wbm, groups, tiles, p),
             }
         }?;
         Ok(())
@@ -175,7 +183,7 @@ fn bench_m(g: &GpuContext, b: &Bank, m: usize) -> R<()> {
         ..Default::default()
     };
     up(&mut p, dptr(g, &x));
-    let old_up = time_gemm(g, &p, 2, max_tiles, Some(old_bm))?;
+    let old_up = time_gemm(g, &p, 2, max_tiles, Some(old_bm), 0)?;
     line(
         "w1+w3",
         &format!("pf_gemm_fp4_expert bm{old_bm}"),
@@ -183,7 +191,7 @@ fn bench_m(g: &GpuContext, b: &Bank, m: usize) -> R<()> {
         up_flop,
     );
     down(&mut p, dptr(g, &h));
-    let old_down = time_gemm(g, &p, 1, max_tiles, Some(old_bm))?;
+    let old_down = time_gemm(g, &p, 1, max_tiles, Some(old_bm), 0)?;
     line(
         "w2",
         &format!("pf_gemm_fp4_expert bm{old_bm}"),
@@ -208,20 +216,34 @@ fn bench_m(g: &GpuContext, b: &Bank, m: usize) -> R<()> {
     line("x -> x'", "pf_kperm", kx, 0.0);
     let kh = perm(&h, &hp, slots, I)?;
     line("h -> h'", "pf_kperm", kh, 0.0);
-    let (tiles, order, max_tiles) = group(g, &ids, slots, PF_WGMMA_FP4_BM)?;
-    (p.tiles, p.order) = (dptr(g, &tiles), dptr(g, &order));
-    up(&mut p, dptr(g, &xp));
-    let new_up = time_gemm(g, &p, 2, max_tiles, None)?;
-    line("w1+w3", "pf_wgmma_fp4_expert", new_up, up_flop);
-    down(&mut p, dptr(g, &hp));
-    let new_down = time_gemm(g, &p, 1, max_tiles, None)?;
-    line("w2", "pf_wgmma_fp4_expert", new_down, up_flop / 2.0);
     line("routed (3 GEMMs)", "old", old_up + old_down, 1.5 * up_flop);
-    line(
-        "routed (3 GEMMs)",
-        "new incl. 2 pf_kperm",
-        kx + new_up + kh + new_down,
-        1.5 * up_flop,
-    );
+    // The wgmma kernels: tiles of 256 and 128 rows (pf_wgmma_fp4_expert), 64 (pf_wgmma_fp4_expert_s).
+    for bm in [PF_WGMMA_FP4_BM, 128, 64] {
+        let (tiles, order, max_tiles) = group(g, &ids, slots, bm)?;
+        (p.tiles, p.order) = (dptr(g, &tiles), dptr(g, &order));
+        up(&mut p, dptr(g, &xp));
+        let new_up = time_gemm(g, &p, 2, max_tiles, None, bm)?;
+        line(
+            "w1+w3",
+            &format!("pf_wgmma_fp4_expert bm{bm}"),
+            new_up,
+            up_flop,
+        );
+        down(&mut p, dptr(g, &hp));
+        let new_down = time_gemm(g, &p, 1, max_tiles, None, bm)?;
+        line(
+            "w2",
+            &format!("pf_wgmma_fp4_expert bm{bm}"),
+            new_down,
+            up_flop / 2.0,
+        );
+        let total = kx + new_up + kh + new_down;
+        line(
+            "routed (3 GEMMs)",
+            &format!("new bm{bm} incl. 2 pf_kperm"),
+            total,
+            1.5 * up_flop,
+        );
+    }
     Ok(())
 }

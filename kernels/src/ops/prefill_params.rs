@@ -77,9 +77,18 @@ pub fn pf_wgmma_smem(stages: usize) -> usize {
     stages * 2 * 128 * 128 + 1024
 }
 
-/// Dynamic shared memory of `pf_wgmma_fp4_expert`: 1 KB alignment slack, the 216 KB ring, the tile's row tables.
-pub const PF_WGMMA_FP4_SMEM: usize = 1024 + 216 * 1024 + 2 * 256 * 4;
-const _: () = assert!(PF_WGMMA_FP4_SMEM <= 227 * 1024, "one block per SM");
+/// Dynamic shared memory of `pf_wgmma_fp4_expert` (`small`: `pf_wgmma_fp4_expert_s`): 1 KB alignment slack, the
+/// ring (216 or 104 KB), the 6 KB scale ring, the tile's row tables (256 or 64 rows).
+pub const fn pf_wgmma_fp4_smem(small: bool) -> usize {
+    let (ring, rows) = if small { (104, 64) } else { (216, 256) };
+    1024 + ring * 1024 + 12 * 512 + 2 * rows * 4
+}
+const _: () = assert!(pf_wgmma_fp4_smem(false) <= 227 * 1024, "one block per SM");
+// Two blocks per SM: 228 KB per SM, less 1 KB the runtime keeps per block.
+const _: () = assert!(
+    2 * (pf_wgmma_fp4_smem(true) + 1024) <= 228 * 1024,
+    "two blocks per SM"
+);
 
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
@@ -113,10 +122,11 @@ pub struct PrefillKernels {
     pub fp8_to_bf16: CudaFunction,
     /// Whether the device granted each wgmma instance its shared memory.
     pub wgmma_fits: [bool; 3],
-    /// pf_wgmma_fp4_expert (prefill_wgmma_fp4.cu): the routed FP4 experts on wgmma, real only in the sm_90a
-    /// SASS like `wgmma`; whether its shared memory was granted.
-    pub wgmma_fp4: CudaFunction,
-    pub wgmma_fp4_fits: bool,
+    /// [pf_wgmma_fp4_expert, pf_wgmma_fp4_expert_s] (prefill_wgmma_fp4.cu): the routed FP4 experts on wgmma
+    /// (tiles of up to 256 / 64 rows), real only in the sm_90a SASS like `wgmma`; whether each one's shared
+    /// memory was granted.
+    pub wgmma_fp4: [CudaFunction; 2],
+    pub wgmma_fp4_fits: [bool; 2],
     /// pf_kperm: x in the K order of pf_wgmma_fp4_expert (portable).
     pub kperm: CudaFunction,
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
@@ -179,8 +189,11 @@ impl PrefillKernels {
         {
             *ok = fits(f, pf_wgmma_smem(v.stages));
         }
-        let wgmma_fp4 = get("pf_wgmma_fp4_expert")?;
-        let wgmma_fp4_fits = fits(&wgmma_fp4, PF_WGMMA_FP4_SMEM);
+        let wgmma_fp4 = [get("pf_wgmma_fp4_expert")?, get("pf_wgmma_fp4_expert_s")?];
+        let wgmma_fp4_fits = [
+            fits(&wgmma_fp4[0], pf_wgmma_fp4_smem(false)),
+            fits(&wgmma_fp4[1], pf_wgmma_fp4_smem(true)),
+        ];
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
             gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,

@@ -25,7 +25,7 @@ impl GpuContext {
         self.info.cc == (9, 0)
             && self.source == ModuleSource::Fatbin
             && self.kernels.prefill.wgmma_fits.iter().all(|&f| f)
-            && self.kernels.prefill.wgmma_fp4_fits
+            && self.kernels.prefill.wgmma_fp4_fits.iter().all(|&f| f)
     }
 
     /// Prefill GEMM over the first `groups` groups of `p` with instance `variant` of `PF_WGMMA_VARIANTS`,

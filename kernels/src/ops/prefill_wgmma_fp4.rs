@@ -4,14 +4,16 @@ use cudarc::driver::CudaStream;
 
 use super::attn_launch::cfg;
 use super::grid;
-use super::prefill_params::{PfGemm, PfKperm, PF_BN, PF_GROUPS, PF_WGMMA_FP4_SMEM};
+use super::prefill_params::{pf_wgmma_fp4_smem, PfGemm, PfKperm, PF_BN, PF_GROUPS};
 use crate::context::GpuContext;
 use crate::error::{check, KernelError, Result};
 
 const NAME: &str = "pf_wgmma_fp4_expert";
 
-/// Most rows of one row tile of `pf_wgmma_fp4_expert` (its widest wgmma, m64n256): group with this `bm`.
+/// Most rows of one row tile of `pf_wgmma_fp4_expert` (its widest wgmma, m64n256).
 pub const PF_WGMMA_FP4_BM: usize = 256;
+/// Most rows of one row tile of `pf_wgmma_fp4_expert_s` (two blocks per SM, for short prompts).
+pub const PF_WGMMA_FP4_SMALL_BM: usize = 64;
 
 /// Columns of an input after `pf_kperm`: `k` rounded up to whole 128-wide chunks (the tail zero-filled).
 pub fn pf_kperm_cols(k: usize) -> usize {
@@ -20,16 +22,19 @@ pub fn pf_kperm_cols(k: usize) -> usize {
 
 impl GpuContext {
     /// Routed-expert GEMM over the first `groups` groups of `p` (the PfGemm of `launch_pf_gemm` in expert mode,
-    /// x in the K order of `launch_pf_kperm`), grid (ceil(max n / 128), `m_tiles`, groups).
+    /// x in the K order of `launch_pf_kperm`) on tiles grouped with `bm` rows: pf_wgmma_fp4_expert_s for
+    /// `bm <= PF_WGMMA_FP4_SMALL_BM`, pf_wgmma_fp4_expert up to `PF_WGMMA_FP4_BM`; grid (ceil(max n / 128),
+    /// `m_tiles`, groups).
     ///
     /// # Safety
     /// For g < groups: `p.x[g]` holds every row `order` names as `pf_kperm_cols(K)` bf16 written by
     /// `launch_pf_kperm`, `p.w[g]` / `p.s[g]` the experts' FP4 weights and scales in the device layouts,
-    /// `p.out[g]` slots * n[g] outputs; `p.tiles` / `p.order` as written by `pf_moe_group` with a `bm` of at
-    /// most `PF_WGMMA_FP4_BM` (a larger tile traps), `m_tiles` at least their tile count.
+    /// `p.out[g]` slots * n[g] outputs; `p.tiles` / `p.order` as written by `pf_moe_group` with this `bm` (a
+    /// tile larger than the kernel's traps), `m_tiles` at least their tile count.
     pub unsafe fn launch_pf_wgmma_fp4_expert(
         &self,
         s: &CudaStream,
+        bm: usize,
         groups: usize,
         m_tiles: usize,
         p: &PfGemm,
@@ -41,6 +46,9 @@ impl GpuContext {
             });
         }
         let k = p.k as usize;
+        check(NAME, (1..=PF_WGMMA_FP4_BM).contains(&bm), || {
+            format!("bm {bm}")
+        })?;
         check(NAME, (1..=PF_GROUPS).contains(&groups), || {
             format!("groups {groups}")
         })?;
@@ -53,6 +61,7 @@ impl GpuContext {
             || format!("n {:?} topk {}", &p.n[..groups], p.topk),
         )?;
         let nmax = p.n[..groups].iter().copied().max().unwrap_or(1) as usize;
+        let small = bm <= PF_WGMMA_FP4_SMALL_BM;
         let c = cfg(
             (
                 grid(NAME, nmax.div_ceil(PF_BN))?,
@@ -60,10 +69,11 @@ impl GpuContext {
                 grid(NAME, groups)?,
             ),
             256,
-            PF_WGMMA_FP4_SMEM,
+            pf_wgmma_fp4_smem(small),
         );
+        let f = &self.kernels.prefill.wgmma_fp4[usize::from(small)];
         // SAFETY: caller's contract; shapes checked above; the kernel is the sm_90a build (has_wgmma).
-        unsafe { self.launch_one(s, &self.kernels.prefill.wgmma_fp4, c, p) }
+        unsafe { self.launch_one(s, f, c, p) }
     }
 
     /// Writes `p.x` (`rows x k` bf16) into `p.out` (`rows x pf_kperm_cols(k)` bf16) in the K order of

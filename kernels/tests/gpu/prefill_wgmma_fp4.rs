@@ -1,12 +1,16 @@
-//! The routed FP4 experts on wgmma (prefill_wgmma_fp4.cu, the engine's path: pf_moe_group with bm 256, pf_kperm,
-//! pf_wgmma_fp4_expert) against the CPU reference `fp4_expert` with the pf_gemm tests' bound. Experts with 1, 7,
+//! The routed FP4 experts on wgmma (prefill_wgmma_fp4.cu, the engine's path: pf_moe_group with bm 256 or 64,
+//! pf_kperm, pf_wgmma_fp4_expert or pf_wgmma_fp4_expert_s) against the CPU reference `fp4_expert` with the
+//! pf_gemm tests' bound. Experts with 1, 7,
 //! 33, 65, 200 and 260 rows (two tiles) and with none; every column-count instance (16 .. 256); N tails (not a
 //! multiple of the 128-row block) and K tails (not a multiple of the 128-wide chunk, which also takes the
 //! checkpoint scale layout); w1 + w3 as two groups (x per token), w2 (x per slot), f32 and bf16 output. pf_kperm
 //! is compared with its CPU twin bit for bit. SKIP off sm_90a fatbin builds.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfGemm, PfGroup, PfKperm};
-use dsv4_kernels::{bf16, pf_kperm_cols, pf_max_tiles, reference, GpuContext, PF_WGMMA_FP4_BM};
+use dsv4_kernels::{
+    bf16, pf_kperm_cols, pf_max_tiles, reference, GpuContext, PF_WGMMA_FP4_BM,
+    PF_WGMMA_FP4_SMALL_BM,
+};
 use rand::seq::SliceRandom;
 
 use crate::common::*;
@@ -41,9 +45,14 @@ fn ids_for(r: &mut rand::rngs::StdRng, counts: &[usize]) -> Vec<i32> {
     ids
 }
 
-/// pf_moe_group for the wgmma kernel's tiles: (order, tiles, max tiles).
-fn group(g: &GpuContext, ids: &[i32], experts: usize) -> (CudaSlice<i32>, CudaSlice<i32>, usize) {
-    let (s, bm) = (ids.len(), PF_WGMMA_FP4_BM);
+/// pf_moe_group into tiles of `bm` rows: (order, tiles, max tiles).
+fn group(
+    g: &GpuContext,
+    ids: &[i32],
+    experts: usize,
+    bm: usize,
+) -> (CudaSlice<i32>, CudaSlice<i32>, usize) {
+    let s = ids.len();
     let max_tiles = pf_max_tiles(s, experts, bm);
     let did = upload(g, ids);
     let order: CudaSlice<i32> = upload(g, &vec![-1i32; s]);
@@ -88,13 +97,14 @@ fn kperm(g: &GpuContext, x: &[bf16], rows: usize, k: usize) -> CudaSlice<bf16> {
     out
 }
 
-/// One expert GEMM launch (w1 + w3 as two groups, or w2), each group checked against the reference.
-fn run(g: &GpuContext, seed: u64, c: &Case, per_slot: bool, bf16_out: bool) {
+/// One expert GEMM launch on tiles of `bm` rows (w1 + w3 as two groups, or w2), each group checked against the
+/// reference.
+fn run(g: &GpuContext, seed: u64, c: &Case, bm: usize, per_slot: bool, bf16_out: bool) {
     let mut r = rng(seed);
     let (experts, n, k, topk) = (c.counts.len(), c.n, c.k, c.topk);
     let ids = ids_for(&mut r, c.counts);
     let s = ids.len();
-    let (order, tiles, max_tiles) = group(g, &ids, experts);
+    let (order, tiles, max_tiles) = group(g, &ids, experts, bm);
     let xrows = if per_slot { s } else { s / topk };
     let x = rand_bf16(&mut r, xrows * k);
     let xp = kperm(g, &x, xrows, k);
@@ -120,7 +130,7 @@ fn run(g: &GpuContext, seed: u64, c: &Case, per_slot: bool, bf16_out: bool) {
     }
     // SAFETY: tiles/order from pf_moe_group with bm 256; xp holds xrows permuted rows, w/s experts*n*k/2 and
     // experts*n*k/32 bytes in the device layouts, out s*n f32 (bf16 output uses half).
-    unsafe { g.launch_pf_wgmma_fp4_expert(&g.stream, groups, max_tiles, &p) }.expect("launch");
+    unsafe { g.launch_pf_wgmma_fp4_expert(&g.stream, bm, groups, max_tiles, &p) }.expect("launch");
     for (gi, (w, sc, _, _, out)) in keep.iter().enumerate() {
         let raw = download(g, out);
         let got: Vec<f32> = if bf16_out {
@@ -135,8 +145,8 @@ fn run(g: &GpuContext, seed: u64, c: &Case, per_slot: bool, bf16_out: bool) {
         let absum = fp4_absum(&x, w, sc, &ids, (topk, n, k), per_slot);
         let (worst, at) = bound_ratio(&got, &want, &absum, bf16_out);
         println!(
-            "pf_wgmma_fp4_expert counts {:?} topk {topk} n {n} k {k} slot-x {per_slot} bf16 {bf16_out} g {gi}: \
-             rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
+            "pf_wgmma_fp4_expert bm {bm} counts {:?} topk {topk} n {n} k {k} slot-x {per_slot} bf16 {bf16_out} \
+             g {gi}: rel_l2 {:.2e}, worst/bound {worst:.3} at {at}",
             c.counts,
             rel_l2(&got, &want)
         );
@@ -184,10 +194,14 @@ fn pf_wgmma_fp4_expert_matches_reference() {
             k: 384,
         },
     ];
+    // Both kernels: pf_wgmma_fp4_expert (tiles of 256 rows) and pf_wgmma_fp4_expert_s (64).
     for (i, c) in cases.iter().enumerate() {
-        for per_slot in [false, true] {
-            run(&g, 200 + i as u64, c, per_slot, false);
+        for bm in [PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM] {
+            for per_slot in [false, true] {
+                run(&g, 200 + i as u64, c, bm, per_slot, false);
+            }
         }
     }
-    run(&g, 210, &cases[0], true, true);
+    run(&g, 210, &cases[0], PF_WGMMA_FP4_BM, true, true);
+    run(&g, 211, &cases[0], PF_WGMMA_FP4_SMALL_BM, true, true);
 }

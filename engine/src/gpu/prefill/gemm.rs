@@ -4,7 +4,7 @@ use crate::gpu::attention::{dptr, dptr_mut};
 use crate::gpu::RunnerError;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use dsv4_kernels::prefill::{PfDequant, PfGemm, PfKperm, PfWeights, PfWgmma, PF_GROUPS};
-use dsv4_kernels::GpuContext;
+use dsv4_kernels::{GpuContext, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM};
 
 use super::attn::Call;
 
@@ -30,6 +30,25 @@ fn wgmma_min_rows() -> (usize, usize) {
         Ok("dense") => (WGMMA_MIN_ROWS, usize::MAX),
         Ok("all") => (1, 1),
         _ => (WGMMA_MIN_ROWS, EXPERT_WGMMA_MIN_ROWS),
+    })
+}
+
+/// Row tiles of the expert wgmma kernels for `slots` slots over `experts` experts: experts averaging fewer than
+/// 64 rows (short prompts) take the two-blocks-per-SM kernel's 64-row tiles, longer calls PF_WGMMA_FP4_BM (one
+/// pass over an expert's weights for up to 256 of its rows). `DSV4_PF_EXPERT_BM` = 64 / 128 / 256 fixes it (an
+/// A/B switch for benches; read once).
+pub fn expert_wgmma_bm(slots: usize, experts: usize) -> usize {
+    static BM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed = BM.get_or_init(|| match std::env::var("DSV4_PF_EXPERT_BM").as_deref() {
+        Ok("64") => Some(PF_WGMMA_FP4_SMALL_BM),
+        Ok("128") => Some(128),
+        Ok("256") => Some(PF_WGMMA_FP4_BM),
+        _ => None,
+    });
+    fixed.unwrap_or(if slots < 64 * experts.max(1) {
+        PF_WGMMA_FP4_SMALL_BM
+    } else {
+        PF_WGMMA_FP4_BM
     })
 }
 
@@ -205,9 +224,9 @@ pub fn experts(
     p.topk = t.topk as i32;
     p.x_per_slot = i32::from(x_per_slot);
     if t.wgmma {
-        // SAFETY: as below, with every x in pf_kperm's order (the caller's contract for `wgmma` tiles) and
-        // t.bm <= PF_WGMMA_FP4_BM (moe::group).
-        unsafe { ctx.launch_pf_wgmma_fp4_expert(s, jobs.len(), t.max_tiles, &p) }?;
+        // SAFETY: as below, with every x in pf_kperm's order (the caller's contract for `wgmma` tiles; t.bm from
+        // expert_wgmma_bm).
+        unsafe { ctx.launch_pf_wgmma_fp4_expert(s, t.bm, jobs.len(), t.max_tiles, &p) }?;
         return Ok(());
     }
     // SAFETY: tiles/order were written by pf_moe_group for t.bm over the same slots; the jobs' x hold every

@@ -12,7 +12,7 @@ use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfGroup, PfWeights};
-use dsv4_kernels::{pf_kperm_cols, pf_max_tiles, RouteBy, RouteShape, PF_WGMMA_FP4_BM};
+use dsv4_kernels::{pf_kperm_cols, pf_max_tiles, RouteBy, RouteShape};
 
 /// Routed-expert row tile for `slots` slots over `experts` on pf_gemm_fp4_expert: the larger tile once experts
 /// average 96 rows (a tile converts its expert's weights however many of its rows are used; 32-row tiles
@@ -113,7 +113,7 @@ pub(super) fn group(
     let slots = c.plan.rows * cfg.num_experts_per_tok;
     let wgmma = expert_wgmma(c, cfg, ws);
     let bm = if wgmma {
-        PF_WGMMA_FP4_BM
+        gemm::expert_wgmma_bm(slots, experts)
     } else {
         expert_bm(slots, experts)
     };
