@@ -32,7 +32,18 @@
 //          thread loads its two rows' 16 raw bytes and, per k32 sub-chunk, decodes 2 words into 8 registers (a
 //          rotate/mask and one bf16x2 multiply per pair), then 2 wgmma m64nNTk16 and a commit. Three groups stay
 //          in flight while the next sub-chunk decodes (wait 3 before it overwrites registers read 4 commits ago).
-// Constraints: K % 32 == 0 (the FP4 rule); sm_90a only (elsewhere a trap; the host gates on has_wgmma).
+//          The first wgmma of a tile overwrites the accumulators: zero-filling them instead made ptxas serialize
+//          the wgmma pipeline of some instances (C7515), as did a run-time branch on the scale layout (a template
+//          parameter now). The SASS keeps `WARPGROUP.DEPBAR.LE gsb0, 0x3` in every loop; check after edits.
+// Constraints: K % 32 == 0 (the FP4 rule); sm_90a only (elsewhere a trap; the host gates on has_wgmma). Uses
+//          pfw_desc / pfw_fence / pfw_commit / pfw_wait of prefill_wgmma.cu and PfGemm of prefill_gemm.cu (same
+//          translation unit; both sort first).
+// Timings (H200, kbench pfexp: 256 experts, hidden 4096, intermediate 2048, top-6 of uniform routing; us per
+//          layer for w1+w3 / w2, TFLOP/s): M = 1024 tokens: pf_gemm_fp4_expert bm64 2743 / 1434 (75 / 72),
+//          pf_wgmma_fp4_expert_s 952 / 508 (217 / 203), pf_wgmma_fp4_expert 1210 / 677 (170 / 152); M = 8192:
+//          pf_gemm_fp4_expert bm128 8707 / 4710 (189 / 175), pf_wgmma_fp4_expert tiles of 256 3723 / 2176
+//          (443 / 379), of 128 4091 / 2397 (403 / 344); pf_kperm 10 / 23 us (1K), 55 / 149 us (8K). Before the scale
+//          ring (scales read from global one chunk ahead) the 1K GEMMs took 1486 / 837 us: a DRAM round trip a chunk.
 #include "common.cuh"
 
 #define PFX_ROWS 128                          // weight rows of a block (2 warpgroups x 64)

@@ -6,27 +6,17 @@
 //! checkpoint scale layout); w1 + w3 as two groups (x per token), w2 (x per slot), f32 and bf16 output. pf_kperm
 //! is compared with its CPU twin bit for bit. SKIP off sm_90a fatbin builds.
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::prefill::{PfGemm, PfGroup, PfKperm};
+use dsv4_kernels::prefill::PfKperm;
 use dsv4_kernels::{
-    bf16, pf_kperm_cols, pf_max_tiles, reference, GpuContext, PF_WGMMA_FP4_BM,
-    PF_WGMMA_FP4_SMALL_BM,
+    bf16, pf_kperm_cols, reference, GpuContext, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM,
 };
 use rand::seq::SliceRandom;
 
 use crate::common::*;
-use crate::prefill_gemm::{bound_ratio, bytemuck_u16, dp, fp4_absum};
-
-fn wgmma_gpu() -> Option<GpuContext> {
-    let g = gpu()?;
-    if !g.has_wgmma() {
-        eprintln!(
-            "SKIP: pf_wgmma_fp4_expert needs cc 9.0 and the nvcc fatbin (cc {:?}, {:?})",
-            g.info.cc, g.source
-        );
-        return None;
-    }
-    Some(g)
-}
+use crate::prefill_gemm::{
+    bound_ratio, bytemuck_u16, dp, expert_params, fp4_absum, fp4_groups, group,
+};
+use crate::prefill_wgmma::wgmma_gpu;
 
 /// One case: rows per expert (their sum a multiple of topk), output rows n, inner dim k.
 struct Case {
@@ -43,34 +33,6 @@ fn ids_for(r: &mut rand::rngs::StdRng, counts: &[usize]) -> Vec<i32> {
         .collect();
     ids.shuffle(r);
     ids
-}
-
-/// pf_moe_group into tiles of `bm` rows: (order, tiles, max tiles).
-fn group(
-    g: &GpuContext,
-    ids: &[i32],
-    experts: usize,
-    bm: usize,
-) -> (CudaSlice<i32>, CudaSlice<i32>, usize) {
-    let s = ids.len();
-    let max_tiles = pf_max_tiles(s, experts, bm);
-    let did = upload(g, ids);
-    let order: CudaSlice<i32> = upload(g, &vec![-1i32; s]);
-    let tiles: CudaSlice<i32> = upload(g, &vec![-1i32; 1 + 3 * max_tiles]);
-    let gp = PfGroup {
-        ids: dp(g, &did),
-        order: dp(g, &order),
-        tiles: dp(g, &tiles),
-        slots: s as i32,
-        experts: experts as i32,
-        bm: bm as i32,
-        pad: 0,
-    };
-    // SAFETY: ids holds s ids < experts, order s ints, tiles 1 + 3 * max_tiles ints.
-    unsafe { g.launch_pf_moe_group(&g.stream, &gp) }.expect("group");
-    let (ho, ht) = (download(g, &order), download(g, &tiles));
-    reference::prefill::check_moe_group(ids, &ho, &ht, bm).expect("grouping");
-    (order, tiles, max_tiles)
 }
 
 /// x permuted by pf_kperm, checked bit for bit against the CPU twin.
@@ -108,31 +70,15 @@ fn run(g: &GpuContext, seed: u64, c: &Case, bm: usize, per_slot: bool, bf16_out:
     let xrows = if per_slot { s } else { s / topk };
     let x = rand_bf16(&mut r, xrows * k);
     let xp = kperm(g, &x, xrows, k);
-    let mut p = PfGemm {
-        tiles: dp(g, &tiles),
-        order: dp(g, &order),
-        k: k as i32,
-        topk: topk as i32,
-        x_per_slot: i32::from(per_slot),
-        out_bf16: i32::from(bf16_out),
-        ..Default::default()
-    };
+    let mut p = expert_params(&tiles, &order, g, k, topk, per_slot);
+    p.out_bf16 = i32::from(bf16_out);
     let groups = if per_slot { 1 } else { 2 };
-    let mut keep = Vec::new();
-    for gi in 0..groups {
-        let w = rand_bytes(&mut r, experts * n * k / 2);
-        let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
-        let (dw, ds) = (upload_fp4(g, &w), upload_fp4_scales(g, &sc, experts, n, k));
-        let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; s * n]);
-        (p.x[gi], p.w[gi], p.s[gi], p.out[gi]) = (dp(g, &xp), dp(g, &dw), dp(g, &ds), dp(g, &out));
-        p.n[gi] = n as i32;
-        keep.push((w, sc, dw, ds, out));
-    }
-    // SAFETY: tiles/order from pf_moe_group with bm 256; xp holds xrows permuted rows, w/s experts*n*k/2 and
+    let keep = fp4_groups(g, &mut r, &mut p, groups, dp(g, &xp), (experts, n, k, s));
+    // SAFETY: tiles/order from pf_moe_group with this bm; xp holds xrows permuted rows, w/s experts*n*k/2 and
     // experts*n*k/32 bytes in the device layouts, out s*n f32 (bf16 output uses half).
     unsafe { g.launch_pf_wgmma_fp4_expert(&g.stream, bm, groups, max_tiles, &p) }.expect("launch");
-    for (gi, (w, sc, _, _, out)) in keep.iter().enumerate() {
-        let raw = download(g, out);
+    for (gi, f) in keep.iter().enumerate() {
+        let raw = download(g, &f.out);
         let got: Vec<f32> = if bf16_out {
             bytemuck_u16(&raw)[..s * n]
                 .iter()
@@ -141,8 +87,8 @@ fn run(g: &GpuContext, seed: u64, c: &Case, bm: usize, per_slot: bool, bf16_out:
         } else {
             raw
         };
-        let want = reference::fp4_expert(&x, w, sc, &ids, topk, experts, n, k, per_slot);
-        let absum = fp4_absum(&x, w, sc, &ids, (topk, n, k), per_slot);
+        let want = reference::fp4_expert(&x, &f.w, &f.sc, &ids, topk, experts, n, k, per_slot);
+        let absum = fp4_absum(&x, &f.w, &f.sc, &ids, (topk, n, k), per_slot);
         let (worst, at) = bound_ratio(&got, &want, &absum, bf16_out);
         println!(
             "pf_wgmma_fp4_expert bm {bm} counts {:?} topk {topk} n {n} k {k} slot-x {per_slot} bf16 {bf16_out} \

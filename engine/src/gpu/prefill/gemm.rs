@@ -262,6 +262,17 @@ pub unsafe fn kperm(
 #[cfg(test)]
 mod tests {
     #[test]
+    fn short_prompts_take_the_small_expert_wgmma_kernel() {
+        if std::env::var_os("DSV4_PF_EXPERT_BM").is_some() {
+            return; // fixed by the A/B switch
+        }
+        // 1K tokens x top-6 over 256 experts: ~24 rows per expert; 8K: ~192.
+        let bm = |tokens: usize| super::expert_wgmma_bm(tokens * 6, 256);
+        assert_eq!(bm(1024), dsv4_kernels::PF_WGMMA_FP4_SMALL_BM);
+        assert_eq!(bm(8192), dsv4_kernels::PF_WGMMA_FP4_BM);
+    }
+
+    #[test]
     fn the_engine_uses_the_six_stage_wgmma_instance() {
         let v = dsv4_kernels::prefill::PF_WGMMA_VARIANTS[super::WGMMA_VARIANT];
         assert_eq!((v.name, v.stages), ("pf_wgmma_bf16_s6", 6));
