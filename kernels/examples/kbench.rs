@@ -1,6 +1,7 @@
 //! Times each kernel at the model's real sizes with CUDA events and prints achieved GB/s next to a
 //! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`
-//! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf).
+//! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf;
+//! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -12,6 +13,8 @@ use dsv4_kernels::{
 
 #[path = "kbench_pf/mod.rs"]
 mod pf;
+#[path = "kbench_pf/experts.rs"]
+mod pfexp;
 
 type R<T> = Result<T, Box<dyn Error>>;
 
@@ -387,6 +390,14 @@ fn main() -> R<()> {
             None => vec![1024, 8192],
         };
         return pf::bench(&g, &rows);
+    }
+    // `kbench pfexp [M,M..]`: the routed FP4 experts of a prefill of M tokens (default 1024, 8192).
+    if std::env::args().nth(1).is_some_and(|a| a == "pfexp") {
+        let rows: Vec<usize> = match std::env::args().nth(2) {
+            Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            None => vec![1024, 8192],
+        };
+        return pfexp::bench(&g, &rows);
     }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");

@@ -34,6 +34,7 @@ pub use ops::attn_params as attn;
 pub use ops::prefill_launch::pf_max_tiles;
 pub use ops::prefill_params as prefill;
 pub use ops::prefill_wgmma::PF_WGMMA_BM;
+pub use ops::prefill_wgmma_fp4::{pf_kperm_cols, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM};
 pub use probe::{Gpu, GpuInfo};
 
 /// Re-exported so callers use the same cudarc types as the launchers.

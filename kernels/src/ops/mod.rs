@@ -17,6 +17,7 @@ pub mod moe_route;
 pub mod prefill_launch;
 pub mod prefill_params;
 pub mod prefill_wgmma;
+pub mod prefill_wgmma_fp4;
 pub mod rmsnorm;
 pub mod runner;
 pub mod sample;

@@ -77,6 +77,19 @@ pub fn pf_wgmma_smem(stages: usize) -> usize {
     stages * 2 * 128 * 128 + 1024
 }
 
+/// Dynamic shared memory of `pf_wgmma_fp4_expert` (`small`: `pf_wgmma_fp4_expert_s`): 1 KB alignment slack, the
+/// ring (216 or 104 KB), the 6 KB scale ring, the tile's row tables (256 or 64 rows).
+pub const fn pf_wgmma_fp4_smem(small: bool) -> usize {
+    let (ring, rows) = if small { (104, 64) } else { (216, 256) };
+    1024 + ring * 1024 + 12 * 512 + 2 * rows * 4
+}
+const _: () = assert!(pf_wgmma_fp4_smem(false) <= 227 * 1024, "one block per SM");
+// Two blocks per SM: 228 KB per SM, less 1 KB the runtime keeps per block.
+const _: () = assert!(
+    2 * (pf_wgmma_fp4_smem(true) + 1024) <= 228 * 1024,
+    "two blocks per SM"
+);
+
 /// Dynamic shared memory of `pf_attn_d{dim}`.
 pub fn pf_attn_smem(dim: usize) -> usize {
     256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
@@ -109,6 +122,13 @@ pub struct PrefillKernels {
     pub fp8_to_bf16: CudaFunction,
     /// Whether the device granted each wgmma instance its shared memory.
     pub wgmma_fits: [bool; 3],
+    /// [pf_wgmma_fp4_expert, pf_wgmma_fp4_expert_s] (prefill_wgmma_fp4.cu): the routed FP4 experts on wgmma
+    /// (tiles of up to 256 / 64 rows), real only in the sm_90a SASS like `wgmma`; whether each one's shared
+    /// memory was granted.
+    pub wgmma_fp4: [CudaFunction; 2],
+    pub wgmma_fp4_fits: [bool; 2],
+    /// pf_kperm: x in the K order of pf_wgmma_fp4_expert (portable).
+    pub kperm: CudaFunction,
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
     pub attn_fits: [bool; 4],
@@ -169,6 +189,11 @@ impl PrefillKernels {
         {
             *ok = fits(f, pf_wgmma_smem(v.stages));
         }
+        let wgmma_fp4 = [get("pf_wgmma_fp4_expert")?, get("pf_wgmma_fp4_expert_s")?];
+        let wgmma_fp4_fits = [
+            fits(&wgmma_fp4[0], pf_wgmma_fp4_smem(false)),
+            fits(&wgmma_fp4[1], pf_wgmma_fp4_smem(true)),
+        ];
         Ok(PrefillKernels {
             gemm_bf16: pair("pf_gemm_bf16_m64", "pf_gemm_bf16_m128")?,
             gemm_fp8: pair("pf_gemm_fp8_m64", "pf_gemm_fp8_m128")?,
@@ -182,6 +207,9 @@ impl PrefillKernels {
             fp8_to_bf16: get("pf_fp8_to_bf16")?,
             wgmma,
             wgmma_fits,
+            wgmma_fp4,
+            wgmma_fp4_fits,
+            kperm: get("pf_kperm")?,
             attn_fits,
         })
     }
@@ -232,6 +260,16 @@ pub struct PfDequant {
     pub n: [i32; PF_GROUPS],
     pub k: i32,
     pub pad: i32,
+}
+
+/// `pf_kperm`: x bf16 `[rows, k]` -> out bf16 `[rows, pf_kperm_cols(k)]` in pf_wgmma_fp4_expert's K order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfKperm {
+    pub x: u64,
+    pub out: u64,
+    pub rows: i32,
+    pub k: i32,
 }
 
 #[repr(C)]
@@ -310,6 +348,7 @@ device_repr!(
     PfGemm,
     PfWgmma,
     PfDequant,
+    PfKperm,
     PfAttn,
     PfIndexScore,
     PfCompress,
@@ -327,6 +366,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<PfGemm>(), 34 * 8 + 14 * 4);
         assert_eq!(std::mem::size_of::<PfWgmma>(), 24 * 8 + 12 * 4);
         assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
+        assert_eq!(std::mem::size_of::<PfKperm>(), 2 * 8 + 2 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);

@@ -17,13 +17,15 @@ const NAME: &str = "pf_wgmma";
 pub const PF_WGMMA_BM: usize = 128;
 
 impl GpuContext {
-    /// Whether `launch_pf_wgmma` runs here: a compute capability 9.0 device running the nvcc fatbin (whose
-    /// sm_90a SASS holds the wgmma kernels; NVRTC's compute_90 PTX and the sm_120a SASS hold traps) with the
-    /// shared memory of every instance granted (so any variant a caller picks can launch).
+    /// Whether `launch_pf_wgmma` and `launch_pf_wgmma_fp4_expert` run here: a compute capability 9.0 device
+    /// running the nvcc fatbin (whose sm_90a SASS holds the wgmma kernels; NVRTC's compute_90 PTX and the
+    /// sm_120a SASS hold traps) with the shared memory of every instance granted (so any variant a caller
+    /// picks can launch).
     pub fn has_wgmma(&self) -> bool {
         self.info.cc == (9, 0)
             && self.source == ModuleSource::Fatbin
             && self.kernels.prefill.wgmma_fits.iter().all(|&f| f)
+            && self.kernels.prefill.wgmma_fp4_fits.iter().all(|&f| f)
     }
 
     /// Prefill GEMM over the first `groups` groups of `p` with instance `variant` of `PF_WGMMA_VARIANTS`,

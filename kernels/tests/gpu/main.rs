@@ -10,4 +10,5 @@ mod norm_quant;
 mod prefill_attn;
 mod prefill_gemm;
 mod prefill_wgmma;
+mod prefill_wgmma_fp4;
 mod split;

@@ -164,6 +164,63 @@ fn pf_gemm_dense_matches_reference() {
     dense_case(&g, 51, 65, &[96], 64, PfWeights::Bf16, 64, true);
 }
 
+/// sum_k |x[r(slot), k] * W[ids[slot], n, k]| per (slot, n) for FP4 experts (checkpoint-order weights `w`,
+/// scales `sc`), the scale of the routed-expert tests' bound; `(topk, n, k)` as in `reference::fp4_expert`.
+pub fn fp4_absum(
+    x: &[bf16],
+    w: &[u8],
+    sc: &[u8],
+    ids: &[i32],
+    (topk, n, k): (usize, usize, usize),
+    per_slot: bool,
+) -> Vec<f32> {
+    (0..ids.len() * n)
+        .map(|i| {
+            let (slot, row) = (i / n, i % n);
+            let e = ids[slot] as usize;
+            let xr = if per_slot { slot } else { slot / topk };
+            (0..k)
+                .map(|j| {
+                    let base = (e * n + row) * k;
+                    let byte = w[(base + j) / 2];
+                    let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
+                    let wv = reference::formats::e2m1_to_f32(nib)
+                        * reference::formats::ue8m0(sc[base / 32 + j / 32]);
+                    (x[xr * k + j].to_f32() * wv).abs()
+                })
+                .sum()
+        })
+        .collect()
+}
+
+/// pf_moe_group of `ids` into tiles of `bm` rows, checked against the grouping rules: (order, tiles, max tiles).
+pub fn group(
+    g: &GpuContext,
+    ids: &[i32],
+    experts: usize,
+    bm: usize,
+) -> (CudaSlice<i32>, CudaSlice<i32>, usize) {
+    let s = ids.len();
+    let max_tiles = pf_max_tiles(s, experts, bm);
+    let did = upload(g, ids);
+    let order: CudaSlice<i32> = upload(g, &vec![-1i32; s]);
+    let tiles: CudaSlice<i32> = upload(g, &vec![-1i32; 1 + 3 * max_tiles]);
+    let gp = PfGroup {
+        ids: dp(g, &did),
+        order: dp(g, &order),
+        tiles: dp(g, &tiles),
+        slots: s as i32,
+        experts: experts as i32,
+        bm: bm as i32,
+        pad: 0,
+    };
+    // SAFETY: ids holds s ids < experts, order s ints, tiles 1 + 3 * max_tiles ints.
+    unsafe { g.launch_pf_moe_group(&g.stream, &gp) }.expect("group");
+    let (ho, ht) = (download(g, &order), download(g, &tiles));
+    reference::prefill::check_moe_group(ids, &ho, &ht, bm).expect("grouping");
+    (order, tiles, max_tiles)
+}
+
 #[allow(clippy::too_many_arguments)]
 /// pf_moe_group, then the expert GEMM as w1 + w3 (two groups, x per token) and as w2 (x per slot).
 fn expert_case(
@@ -179,77 +236,82 @@ fn expert_case(
     let mut r = rng(seed);
     let s = b * topk;
     let ids = rand_ids(&mut r, b, topk, experts);
-    let max_tiles = pf_max_tiles(s, experts, bm);
-    let did = upload(g, &ids);
-    let order: CudaSlice<i32> = upload(g, &vec![-1i32; s]);
-    let tiles: CudaSlice<i32> = upload(g, &vec![-1i32; 1 + 3 * max_tiles]);
-    let gp = PfGroup {
-        ids: dp(g, &did),
-        order: dp(g, &order),
-        tiles: dp(g, &tiles),
-        slots: s as i32,
-        experts: experts as i32,
-        bm: bm as i32,
-        pad: 0,
-    };
-    // SAFETY: ids holds s ids < experts, order s ints, tiles 1 + 3 * max_tiles ints.
-    unsafe { g.launch_pf_moe_group(&g.stream, &gp) }.expect("group");
-    let (ho, ht) = (download(g, &order), download(g, &tiles));
-    reference::prefill::check_moe_group(&ids, &ho, &ht, bm).expect("grouping");
+    let (order, tiles, max_tiles) = group(g, &ids, experts, bm);
     for per_slot in [false, true] {
         let xrows = if per_slot { s } else { b };
         let x = rand_bf16(&mut r, xrows * k);
         let dx = upload(g, &x);
-        let mut p = PfGemm {
-            tiles: dp(g, &tiles),
-            order: dp(g, &order),
-            k: k as i32,
-            topk: topk as i32,
-            x_per_slot: i32::from(per_slot),
-            ..Default::default()
-        };
+        let mut p = expert_params(&tiles, &order, g, k, topk, per_slot);
         let groups = if per_slot { 1 } else { 2 };
-        let mut keep = Vec::new();
-        for gi in 0..groups {
-            let w = rand_bytes(&mut r, experts * n * k / 2);
-            let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
-            let want = reference::fp4_expert(&x, &w, &sc, &ids, topk, experts, n, k, per_slot);
-            let (dw, ds) = (upload_fp4(g, &w), upload_fp4_scales(g, &sc, experts, n, k));
-            let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; s * n]);
-            p.x[gi] = dp(g, &dx);
-            p.w[gi] = dp(g, &dw);
-            p.s[gi] = dp(g, &ds);
-            p.out[gi] = dp(g, &out);
-            p.n[gi] = n as i32;
-            keep.push((w, sc, dw, ds, out, want));
-        }
+        let keep = fp4_groups(g, &mut r, &mut p, groups, dp(g, &dx), (experts, n, k, s));
         // SAFETY: tiles/order from pf_moe_group with this bm; x holds xrows*k, w/s experts*n*k/2 and
         // experts*n*k/32 bytes, out s*n f32.
         unsafe { g.launch_pf_gemm(&g.stream, PfWeights::Fp4Expert, bm, groups, max_tiles, &p) }
             .expect("launch");
-        for (gi, (w, sc, _, _, out, want)) in keep.iter().enumerate() {
-            let got = download(g, out);
-            let absum: Vec<f32> = (0..s * n)
-                .map(|i| {
-                    let (slot, row) = (i / n, i % n);
-                    let e = ids[slot] as usize;
-                    let xr = if per_slot { slot } else { slot / topk };
-                    (0..k)
-                        .map(|j| {
-                            let base = (e * n + row) * k;
-                            let byte = w[(base + j) / 2];
-                            let nib = if j % 2 == 0 { byte & 15 } else { byte >> 4 };
-                            let wv = reference::formats::e2m1_to_f32(nib)
-                                * reference::formats::ue8m0(sc[base / 32 + j / 32]);
-                            (x[xr * k + j].to_f32() * wv).abs()
-                        })
-                        .sum()
-                })
-                .collect();
+        for (gi, f) in keep.iter().enumerate() {
+            let got = download(g, &f.out);
+            let want = reference::fp4_expert(&x, &f.w, &f.sc, &ids, topk, experts, n, k, per_slot);
+            let absum = fp4_absum(&x, &f.w, &f.sc, &ids, (topk, n, k), per_slot);
             let name = format!("pf_gemm_fp4_expert bm {bm} b {b} topk {topk} E {experts} n {n} k {k} slot-x {per_slot} g {gi}");
-            check(&name, &got, want, &absum, false);
+            check(&name, &got, &want, &absum, false);
         }
     }
+}
+
+/// The expert-mode PfGemm of tiles/order from pf_moe_group (groups still to fill).
+pub fn expert_params(
+    tiles: &CudaSlice<i32>,
+    order: &CudaSlice<i32>,
+    g: &GpuContext,
+    k: usize,
+    topk: usize,
+    per_slot: bool,
+) -> PfGemm {
+    PfGemm {
+        tiles: dp(g, tiles),
+        order: dp(g, order),
+        k: k as i32,
+        topk: topk as i32,
+        x_per_slot: i32::from(per_slot),
+        ..Default::default()
+    }
+}
+
+/// One group's random FP4 experts: checkpoint-order weights and scales, the output, and the device-layout
+/// copies the launch reads through their addresses (kept alive here).
+pub struct Fp4Group {
+    pub w: Vec<u8>,
+    pub sc: Vec<u8>,
+    pub out: CudaSlice<f32>,
+    _dev: (CudaSlice<u8>, CudaSlice<u8>),
+}
+
+/// Fills the first `groups` groups of `p` with x at `x`, random FP4 experts `(experts, n, k)` and NaN outputs of
+/// `slots` rows.
+pub fn fp4_groups(
+    g: &GpuContext,
+    r: &mut rand::rngs::StdRng,
+    p: &mut PfGemm,
+    groups: usize,
+    x: u64,
+    (experts, n, k, slots): (usize, usize, usize, usize),
+) -> Vec<Fp4Group> {
+    (0..groups)
+        .map(|gi| {
+            let w = rand_bytes(r, experts * n * k / 2);
+            let sc = rand_exponents(r, experts * n * k / 32, 100, 128);
+            let (dw, ds) = (upload_fp4(g, &w), upload_fp4_scales(g, &sc, experts, n, k));
+            let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; slots * n]);
+            (p.x[gi], p.w[gi], p.s[gi], p.out[gi]) = (x, dp(g, &dw), dp(g, &ds), dp(g, &out));
+            p.n[gi] = n as i32;
+            Fp4Group {
+                w,
+                sc,
+                out,
+                _dev: (dw, ds),
+            }
+        })
+        .collect()
 }
 
 #[test]

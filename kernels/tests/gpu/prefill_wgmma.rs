@@ -10,7 +10,7 @@ use crate::common::*;
 use crate::prefill_gemm::{bound_ratio, bytemuck_u16, dp, fp8_values, sum_abs};
 
 /// The context when it can run the wgmma kernels, else None after printing SKIP.
-fn wgmma_gpu() -> Option<GpuContext> {
+pub fn wgmma_gpu() -> Option<GpuContext> {
     let g = gpu()?;
     if !g.has_wgmma() {
         eprintln!(

@@ -3,8 +3,8 @@
 use crate::gpu::attention::{dptr, dptr_mut};
 use crate::gpu::RunnerError;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use dsv4_kernels::prefill::{PfDequant, PfGemm, PfWeights, PfWgmma, PF_GROUPS};
-use dsv4_kernels::GpuContext;
+use dsv4_kernels::prefill::{PfDequant, PfGemm, PfKperm, PfWeights, PfWgmma, PF_GROUPS};
+use dsv4_kernels::{GpuContext, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM};
 
 use super::attn::Call;
 
@@ -15,16 +15,46 @@ pub const WGMMA_MIN_ROWS: usize = 256;
 /// bf16 ring at both 1K and 8K rows (kbench pf).
 pub const WGMMA_VARIANT: usize = 1;
 
-/// Fewest rows for the wgmma path: `DSV4_PF_WGMMA=0` keeps every dense FP8 GEMM on pf_gemm (an A/B switch
-/// for benches), `DSV4_PF_WGMMA=all` takes it from one row (lets the small GPU prefill tests exercise it);
-/// read once.
-fn wgmma_min_rows() -> usize {
-    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+/// Fewest rows for which the routed experts take the wgmma kernel (prefill_wgmma_fp4.cu; it reads each
+/// expert's weights once per 256 rows where pf_gemm_fp4_expert converts them once per 64 or 128).
+pub const EXPERT_WGMMA_MIN_ROWS: usize = 64;
+
+/// `DSV4_PF_WGMMA`, read once: `0` keeps every prefill GEMM on the portable kernels (an A/B switch for
+/// benches), `dense` only the routed experts (the wgmma path before the expert kernel), `all` takes both
+/// wgmma paths from one row (lets the small GPU prefill tests exercise them); anything else the defaults.
+/// Returns the fewest rows of (dense FP8 wgmma, expert wgmma).
+fn wgmma_min_rows() -> (usize, usize) {
+    static MIN: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
     *MIN.get_or_init(|| match std::env::var("DSV4_PF_WGMMA").as_deref() {
-        Ok("0") => usize::MAX,
-        Ok("all") => 1,
-        _ => WGMMA_MIN_ROWS,
+        Ok("0") => (usize::MAX, usize::MAX),
+        Ok("dense") => (WGMMA_MIN_ROWS, usize::MAX),
+        Ok("all") => (1, 1),
+        _ => (WGMMA_MIN_ROWS, EXPERT_WGMMA_MIN_ROWS),
     })
+}
+
+/// Row tiles of the expert wgmma kernels for `slots` slots over `experts` experts: experts averaging fewer than
+/// 64 rows (short prompts) take the two-blocks-per-SM kernel's 64-row tiles, longer calls PF_WGMMA_FP4_BM (one
+/// pass over an expert's weights for up to 256 of its rows). `DSV4_PF_EXPERT_BM` = 64 / 128 / 256 fixes it (an
+/// A/B switch for benches; read once).
+pub fn expert_wgmma_bm(slots: usize, experts: usize) -> usize {
+    static BM: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed = BM.get_or_init(|| match std::env::var("DSV4_PF_EXPERT_BM").as_deref() {
+        Ok("64") => Some(PF_WGMMA_FP4_SMALL_BM),
+        Ok("128") => Some(128),
+        Ok("256") => Some(PF_WGMMA_FP4_BM),
+        _ => None,
+    });
+    fixed.unwrap_or(if slots < 64 * experts.max(1) {
+        PF_WGMMA_FP4_SMALL_BM
+    } else {
+        PF_WGMMA_FP4_BM
+    })
+}
+
+/// Whether a call of `rows` rows may take the expert wgmma kernel (the device and DSV4_PF_WGMMA permitting).
+pub fn expert_wgmma(ctx: &GpuContext, rows: usize) -> bool {
+    ctx.has_wgmma() && rows >= wgmma_min_rows().1
 }
 
 /// One group of a GEMM launch: x `[rows, k]` bf16, weight `[n, k]` (+ FP8/FP4 scales), output `[rows, n]`.
@@ -137,7 +167,7 @@ pub fn fp8(
 ) -> Result<(), RunnerError> {
     let elems: usize = jobs.iter().map(|j| j.n * k).sum();
     let scratch = c.wbf.filter(|&(_, len)| {
-        rows >= wgmma_min_rows() && k.is_multiple_of(16) && elems <= len && !jobs.is_empty()
+        rows >= wgmma_min_rows().0 && k.is_multiple_of(16) && elems <= len && !jobs.is_empty()
     });
     let Some((wbf, _)) = scratch.filter(|_| jobs.len() <= PF_GROUPS) else {
         return dense(c.ctx, c.s, PfWeights::Fp8, rows, k, out_bf16, jobs);
@@ -174,9 +204,12 @@ pub struct ExpertTiles {
     pub bm: usize,
     pub max_tiles: usize,
     pub topk: usize,
+    /// Tiles for pf_wgmma_fp4_expert (x in pf_kperm's order), else for pf_gemm_fp4_expert.
+    pub wgmma: bool,
 }
 
-/// FP4 routed-expert GEMM over the grouped slots (`x_per_slot`: x rows are slots, else tokens).
+/// FP4 routed-expert GEMM over the grouped slots (`x_per_slot`: x rows are slots, else tokens): on `t.wgmma`
+/// tiles pf_wgmma_fp4_expert, whose jobs' x must be in pf_kperm's order ([`kperm`]), else pf_gemm_fp4_expert.
 pub fn experts(
     ctx: &GpuContext,
     s: &CudaStream,
@@ -190,14 +223,55 @@ pub fn experts(
     p.order = t.order;
     p.topk = t.topk as i32;
     p.x_per_slot = i32::from(x_per_slot);
+    if t.wgmma {
+        // SAFETY: as below, with every x in pf_kperm's order (the caller's contract for `wgmma` tiles; t.bm from
+        // expert_wgmma_bm).
+        unsafe { ctx.launch_pf_wgmma_fp4_expert(s, t.bm, jobs.len(), t.max_tiles, &p) }?;
+        return Ok(());
+    }
     // SAFETY: tiles/order were written by pf_moe_group for t.bm over the same slots; the jobs' x hold every
     // token (or slot) row, the weights are [E, n, k/2] nibbles with [E, n, k/32] scales, outputs [slots, n].
     unsafe { ctx.launch_pf_gemm(s, PfWeights::Fp4Expert, t.bm, jobs.len(), t.max_tiles, &p) }?;
     Ok(())
 }
 
+/// Writes `rows` rows of `k` bf16 at `x` to `out` in the K order of the expert wgmma kernel
+/// (`pf_kperm_cols(k)` bf16 a row).
+///
+/// # Safety
+/// `x` holds `rows * k` bf16 and `out` room for `rows * pf_kperm_cols(k)` bf16, not overlapping.
+pub unsafe fn kperm(
+    ctx: &GpuContext,
+    s: &CudaStream,
+    x: u64,
+    out: u64,
+    rows: usize,
+    k: usize,
+) -> Result<(), RunnerError> {
+    let p = PfKperm {
+        x,
+        out,
+        rows: rows as i32,
+        k: k as i32,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { ctx.launch_pf_kperm(s, &p) }?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn short_prompts_take_the_small_expert_wgmma_kernel() {
+        if std::env::var_os("DSV4_PF_EXPERT_BM").is_some() {
+            return; // fixed by the A/B switch
+        }
+        // 1K tokens x top-6 over 256 experts: ~24 rows per expert; 8K: ~192.
+        let bm = |tokens: usize| super::expert_wgmma_bm(tokens * 6, 256);
+        assert_eq!(bm(1024), dsv4_kernels::PF_WGMMA_FP4_SMALL_BM);
+        assert_eq!(bm(8192), dsv4_kernels::PF_WGMMA_FP4_BM);
+    }
+
     #[test]
     fn the_engine_uses_the_six_stage_wgmma_instance() {
         let v = dsv4_kernels::prefill::PF_WGMMA_VARIANTS[super::WGMMA_VARIANT];

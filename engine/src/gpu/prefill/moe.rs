@@ -12,16 +12,38 @@ use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfGroup, PfWeights};
-use dsv4_kernels::{pf_max_tiles, RouteBy, RouteShape};
+use dsv4_kernels::{pf_kperm_cols, pf_max_tiles, RouteBy, RouteShape};
 
-/// Routed-expert row tile for `slots` slots over `experts`: the larger tile once experts average 96 rows (a
-/// tile converts its expert's weights however many of its rows are used; 32-row tiles measured slower).
+/// Routed-expert row tile for `slots` slots over `experts` on pf_gemm_fp4_expert: the larger tile once experts
+/// average 96 rows (a tile converts its expert's weights however many of its rows are used; 32-row tiles
+/// measured slower).
 fn expert_bm(slots: usize, experts: usize) -> usize {
     if slots >= 96 * experts.max(1) {
         128
     } else {
         EXPERT_MIN_BM
     }
+}
+
+/// How a call's slots were grouped: the tile rows and the kernel the tiles are for.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Grouping {
+    pub bm: usize,
+    /// pf_wgmma_fp4_expert (inputs K-permuted by pf_kperm), else pf_gemm_fp4_expert.
+    pub wgmma: bool,
+}
+
+/// Whether this call's routed experts take the wgmma kernel: an sm_90a fatbin device, enough rows
+/// (DSV4_PF_WGMMA), and room for the K-permuted inputs in the buffers they borrow (x' in `y_routed`, which
+/// w2 writes only after w1/w3 read x'; h' in `g`, dead once the SwiGLU has read it).
+fn expert_wgmma(c: &Call<'_>, cfg: &ModelConfig, ws: &PrefillWs) -> bool {
+    let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+    let rows = c.plan.rows;
+    let slots = rows * cfg.num_experts_per_tok;
+    let ex = &ws.moe.ex;
+    gemm::expert_wgmma(c.ctx, rows)
+        && rows * pf_kperm_cols(d) <= 2 * ex.y_routed.len()
+        && slots * pf_kperm_cols(i) <= 2 * ex.g.len()
 }
 
 pub(super) fn forward(
@@ -34,9 +56,9 @@ pub(super) fn forward(
     route(c, cfg, w, ws)?;
     let e = cfg.n_routed_experts;
     let ids = dptr(&ws.moe.ids, c.s);
-    let bm = group(c, cfg, ws, ids, e)?;
+    let grouping = group(c, cfg, ws, ids, e)?;
     hook("moe.route")?;
-    routed(c, cfg, &w.bank, ws, bm, e)?;
+    routed(c, cfg, &w.bank, ws, grouping, e)?;
     hook("moe.routed")?;
     shared(c, w, cfg.swiglu_limit, ws)?;
     hook("moe.shared")
@@ -78,18 +100,23 @@ pub(super) fn route(
     Ok(())
 }
 
-/// Groups the slots by the ids at `ids` (`experts` experts; negative ids are left out) into row tiles;
-/// returns the tile rows.
+/// Groups the slots by the ids at `ids` (`experts` experts; negative ids are left out) into row tiles for the
+/// kernel this call's experts take.
 pub(super) fn group(
     c: &Call<'_>,
     cfg: &ModelConfig,
     ws: &mut PrefillWs,
     ids: u64,
     experts: usize,
-) -> Result<usize, RunnerError> {
+) -> Result<Grouping, RunnerError> {
     let s = c.s;
     let slots = c.plan.rows * cfg.num_experts_per_tok;
-    let bm = expert_bm(slots, experts);
+    let wgmma = expert_wgmma(c, cfg, ws);
+    let bm = if wgmma {
+        gemm::expert_wgmma_bm(slots, experts)
+    } else {
+        expert_bm(slots, experts)
+    };
     let m = &mut ws.moe;
     let gp = PfGroup {
         ids,
@@ -103,7 +130,7 @@ pub(super) fn group(
     // SAFETY: ids holds `slots` ids < experts (moe_route, or moe_localize's local ids and -1), order `slots`
     // ints, tiles was sized for the smallest tile (the most tiles) at the workspace's rows and all experts.
     unsafe { c.ctx.launch_pf_moe_group(s, &gp) }?;
-    Ok(bm)
+    Ok(Grouping { bm, wgmma })
 }
 
 /// The sub-block input the expert GEMMs read: official numerics the FP8 fake-quantised `aq` (written by the
@@ -116,14 +143,15 @@ fn input(c: &Call<'_>, ws: &PrefillWs) -> u64 {
     }
 }
 
-/// The grouped slots through the experts of `bank` (`experts` of them, tiles of `bm` rows): per-slot
-/// outputs `ws.moe.ex.y_routed`, weighted (slots outside the tiles are not written).
+/// The grouped slots through the experts of `bank` (`experts` of them, tiles as `grouping`): per-slot
+/// outputs `ws.moe.ex.y_routed`, weighted (slots outside the tiles are not written). On the wgmma kernel its
+/// inputs go through pf_kperm first (x into `y_routed`, h into `g`; see `expert_wgmma`).
 pub(super) fn routed(
     c: &Call<'_>,
     cfg: &ModelConfig,
     bank: &ExpertBank,
     ws: &mut PrefillWs,
-    bm: usize,
+    grouping: Grouping,
     experts: usize,
 ) -> Result<(), RunnerError> {
     let (s, rows) = (c.s, c.plan.rows);
@@ -133,15 +161,24 @@ pub(super) fn routed(
         cfg.num_experts_per_tok,
     );
     let slots = rows * k;
-    let x = input(c, ws);
+    let mut x = input(c, ws);
     let m = &mut ws.moe;
+    let Grouping { bm, wgmma } = grouping;
     let tiles = ExpertTiles {
         tiles: dptr(&m.tiles, s),
         order: dptr(&m.order, s),
         bm,
         max_tiles: pf_max_tiles(slots, experts, bm),
         topk: k,
+        wgmma,
     };
+    if wgmma {
+        let xp = dptr_mut(&mut m.ex.y_routed, s);
+        // SAFETY: x holds rows x d bf16 (the ffn input); y_routed has room for rows x pf_kperm_cols(d) bf16
+        // (expert_wgmma checked it) and is not read before w2 overwrites it.
+        unsafe { gemm::kperm(c.ctx, s, x, xp, rows, d) }?;
+        x = xp;
+    }
     let up = [
         Job::new(s, x, &bank.w1, &bank.s1, dptr_mut(&mut m.ex.g, s), i),
         Job::new(s, x, &bank.w3, &bank.s3, dptr_mut(&mut m.ex.u, s), i),
@@ -159,14 +196,15 @@ pub(super) fn routed(
         Some(&m.wts),
         &mut m.ex.h,
     )?;
-    let down = Job::new(
-        s,
-        dptr(&m.ex.h, s),
-        &bank.w2,
-        &bank.s2,
-        dptr_mut(&mut m.ex.y_routed, s),
-        d,
-    );
+    let mut h = dptr(&m.ex.h, s);
+    if wgmma {
+        let hp = dptr_mut(&mut m.ex.g, s);
+        // SAFETY: h holds slots x i bf16; g (read by the SwiGLU above, dead now) has room for
+        // slots x pf_kperm_cols(i) bf16 (expert_wgmma checked it).
+        unsafe { gemm::kperm(c.ctx, s, h, hp, slots, i) }?;
+        h = hp;
+    }
+    let down = Job::new(s, h, &bank.w2, &bank.s2, dptr_mut(&mut m.ex.y_routed, s), d);
     gemm::experts(c.ctx, s, &tiles, i, true, &[down])
 }
 

@@ -189,8 +189,8 @@ pub fn moe(
     if !experts.is_empty() {
         let (ids, n) = (dptr(&tp.local, s), experts.len());
         tc.with(|c| -> Result<(), RunnerError> {
-            let bm = moe::group(c, cfg, ws, ids, n)?;
-            moe::routed(c, cfg, &blk.moe.bank, ws, bm, n)
+            let grouping = moe::group(c, cfg, ws, ids, n)?;
+            moe::routed(c, cfg, &blk.moe.bank, ws, grouping, n)
         })?;
     }
     hook("moe.routed")?;
