@@ -36,7 +36,7 @@
 //          the wgmma pipeline of some instances (C7515), as did a run-time branch on the scale layout (a template
 //          parameter now). The SASS keeps `WARPGROUP.DEPBAR.LE gsb0, 0x3` in every loop; check after edits.
 // Constraints: K % 32 == 0 (the FP4 rule); sm_90a only (elsewhere a trap; the host gates on has_wgmma). Uses
-//          pfw_desc / pfw_fence / pfw_commit / pfw_wait of prefill_wgmma.cu and PfGemm of prefill_gemm.cu (same
+//          the wgmma helpers of common.cuh, PFW_ENABLED of prefill_wgmma.cu and PfGemm of prefill_gemm.cu (same
 //          translation unit; both sort first).
 // Timings (H200, kbench pfexp: 256 experts, hidden 4096, intermediate 2048, top-6 of uniform routing; us per
 //          layer for w1+w3 / w2, TFLOP/s): M = 1024 tokens: pf_gemm_fp4_expert bm64 2743 / 1434 (75 / 72),
@@ -259,7 +259,7 @@ __device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g
 
     for (int kb = 0; kb < kbs; ++kb) {
         cp_async_wait<AHEAD - 1>();
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        fence_proxy_async();
         __syncthreads();  // chunk kb is in for all; every warpgroup is done with the stage refilled below
         const int nk = kb + AHEAD;
         if (nk < kbs) pfx_load<NT, SDEV>(t, nk, nk % STAGES);
@@ -284,16 +284,16 @@ __device__ __forceinline__ void pfx_run(const PfGemm& p, const PfxTile& t, int g
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             u32 a0[4], a1[4];
-            pfw_wait<3>();  // the group that read these registers' previous values (4 commits ago) is done
+            wgmma_wait<3>();  // the group that read these registers' previous values (4 commits ago) is done
             pfx_decode(pfx_word(lo, j), pfx_word(hi, j), flo, fhi, a0, a1);
             const u32 b = st + (j >> 1) * NT * 128 + (j & 1) * 64;
-            pfw_fence();
-            pfx_mma<NT>(acc, a0, pfw_desc(b), (kb | j) != 0);
-            pfx_mma<NT>(acc, a1, pfw_desc(b + 32), 1u);
-            pfw_commit();
+            wgmma_fence();
+            pfx_mma<NT>(acc, a0, wgmma_desc_sw128(b), (kb | j) != 0);
+            pfx_mma<NT>(acc, a1, wgmma_desc_sw128(b + 32), 1u);
+            wgmma_commit();
         }
     }
-    pfw_wait<0>();
+    wgmma_wait<0>();
     pfx_store<NT>(p, t, g, acc);
 }
 #endif
