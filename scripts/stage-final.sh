@@ -22,5 +22,5 @@ if [ -d "$golden" ]; then
 else
     echo "no tiny-v4 at $golden: gpu_golden_v4 will SKIP there" >&2
 fi
-cp scripts/final/run.sh scripts/final/tests.sh "$out/"
+cp scripts/final/*.sh "$out/"
 du -sh "$out"
