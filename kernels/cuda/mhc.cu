@@ -60,13 +60,14 @@ extern "C" __global__ void __launch_bounds__(256) embed_streams(const i32* __res
 }
 
 // Four bf16 (8 bytes) -> f32.
-__device__ __forceinline__ void mhc_load4(const u16* p, float* f) {
-    const uint2 v = *(const uint2*)p;
+__device__ __forceinline__ void mhc_unpack4(uint2 v, float* f) {
     f[0] = bf16_to_f32((u16)(v.x & 0xffffu));
     f[1] = bf16_to_f32((u16)(v.x >> 16));
     f[2] = bf16_to_f32((u16)(v.y & 0xffffu));
     f[3] = bf16_to_f32((u16)(v.y >> 16));
 }
+
+__device__ __forceinline__ void mhc_load4(const u16* p, float* f) { mhc_unpack4(*(const uint2*)p, f); }
 
 // HCPost of one stream value: post_k f + sum_i comb[i, k] old_i (mo = the row's 24 mixes; comb applied
 // transposed). Shared by hc_post and the fused hc_post_mix so both give the same bits.
@@ -148,6 +149,40 @@ __device__ __forceinline__ void mhc_post4(const u16* __restrict__ X, const MhcPo
     }
 }
 
+// The lane's 8 bytes (4 bf16) of `row` (zeros past the rows or the columns), through the read-only path and
+// pinned in program order (asm volatile), so that a prefetch is issued where it is written.
+__device__ __forceinline__ uint2 mhc_row_load(const u16* __restrict__ X, bool valid, int row, int rows, int nd,
+                                              int c) {
+    uint2 v = make_uint2(0u, 0u);
+    if (valid && row < rows)
+        asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];"
+                     : "=r"(v.x), "=r"(v.y)
+                     : "l"(X + (u64)row * nd + c));
+    return v;
+}
+
+
+// The row's sums at the lane's 4 values: its I mixes' dots (the one past M: the sum of squares), reduced
+// over the warp and stored by lane 0 to out[mg + MG i] (<= M).
+template <int M, int MG, int I>
+__device__ __forceinline__ void mhc_row_sums(const float4 (&f)[I], const float (&xv)[4], int mg, int lane,
+                                             float* out) {
+    float acc[I];
+#pragma unroll
+    for (int i = 0; i < I; ++i) {
+        const int m = mg + MG * i;
+        acc[i] = m == M ? xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3]
+                        : f[i].x * xv[0] + f[i].y * xv[1] + f[i].z * xv[2] + f[i].w * xv[3];
+    }
+#pragma unroll
+    for (int i = 0; i < I; ++i) acc[i] = warp_sum(acc[i]);
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < I; ++i)
+            if (mg + MG * i <= M) out[mg + MG * i] = acc[i];
+    }
+}
+
 // Partial mixer dots of one 128-column chunk of the flat stream vector (lane: 4 columns, float4 loads of fn).
 // The 8 warps are split into RG = 8 / MG row groups x MG mix groups: warp (rg, mg) dots rows rg, rg + RG, ...
 // with mixes mg, mg + MG, ... (index M = the row's sum of squares), so at batch 1 (MG = 8) each warp holds and
@@ -188,30 +223,33 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
         }
     }
     pdl_wait();
+    if constexpr (!POST) {
+        // Rows PF ahead are in flight while a row is reduced (a prefill call's warps walk ~1000 rows each).
+        constexpr int PF = 4;
+        uint2 nx[PF];
+#pragma unroll
+        for (int u = 0; u < PF; ++u) nx[u] = mhc_row_load(X, valid, rg + u * RG, rows, nd, c);
+        for (int row0 = rg; row0 < rows; row0 += PF * RG) {
+#pragma unroll
+            for (int u = 0; u < PF; ++u) {
+                const int row = row0 + u * RG;
+                if (row >= rows) break;  // warp-uniform: rg is the warp's
+                const uint2 cur = nx[u];
+                nx[u] = mhc_row_load(X, valid, row + PF * RG, rows, nd, c);
+                float xv[4];
+                mhc_unpack4(cur, xv);
+                mhc_row_sums<M, MG, I>(f, xv, mg, lane, ws + ((u64)blockIdx.x * rows + row) * (M + 1));
+            }
+        }
+        return;
+    }
     for (int row = rg; row < rows; row += RG) {
         float xv[4] = {0.f, 0.f, 0.f, 0.f};
-        if constexpr (POST) {
-            if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
-        } else {
-            if (valid) mhc_load4(X + (u64)row * nd + c, xv);
-        }
-        float acc[I];
-#pragma unroll
-        for (int i = 0; i < I; ++i) {
-            const int m = mg + MG * i;
-            acc[i] = m == M ? xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3]
-                            : f[i].x * xv[0] + f[i].y * xv[1] + f[i].z * xv[2] + f[i].w * xv[3];
-        }
-#pragma unroll
-        for (int i = 0; i < I; ++i) acc[i] = warp_sum(acc[i]);
-        if (lane == 0) {
-            float* out = ws + ((u64)blockIdx.x * rows + row) * (M + 1);
-#pragma unroll
-            for (int i = 0; i < I; ++i)
-                if (mg + MG * i <= M) out[mg + MG * i] = acc[i];
-        }
+        if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
+        mhc_row_sums<M, MG, I>(f, xv, mg, lane, ws + ((u64)blockIdx.x * rows + row) * (M + 1));
     }
 }
+
 
 // hc_mix_partial{M}_mg{MG}: M = 24 (block mixers) or 4 (HC head); MG = 1 (8+ rows), 2 (4-7), 4 (2-3), 8 (1).
 // hc_post_mix{M}_mg{MG}: the same after the previous mixer's HCPost (X read, the result in post.xo).

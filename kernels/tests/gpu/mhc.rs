@@ -12,8 +12,12 @@ use crate::common::*;
 
 /// Routed experts per row: more than the fused kernel's batch of 8 loads, so it takes two batches.
 const TOPK: usize = 10;
-/// Rows and D: rows 1 / 3 / 17 / 64 (every mix-group split), D a multiple of 32, of 8 only, and 4096.
-const SHAPES: [(usize, usize); 7] = [
+/// Rows and D: rows 1 / 3 / 17 / 64 (every mix-group split), 65 / 300 / 1100 (a prefill call's row loop with
+/// its prefetches past the last row), D a multiple of 32, of 8 only, and 4096.
+const SHAPES: [(usize, usize); 10] = [
+    (65, 264),
+    (300, 200),
+    (1100, 72),
     (1, 4096),
     (3, 1000),
     (17, 200),
