@@ -10,13 +10,21 @@
 //   [RMS with weight | weightless RMS] -> RoPE at the row's position -> quant mode -> bf16 store,
 //   either at out[(row*nvec + v)*dim] or, in ring mode, at the window ring row slot*window + pos % window.
 //   Up to 3 jobs (q heads, the kv row, the indexer's q heads) share one launch: blockIdx.x runs over the jobs'
-//   vectors in order. Launch: grid (sum of nvec, rows), block 128; dim <= 512.
+//   blocks of VP_VPB vectors in order. Launch: grid (sum of ceil(nvec / VP_VPB), rows), block 128; dim <= 512.
 // Numerics: everything stays f32 until the final bf16 store, like the CPU reference. (The official runtime
 //   rounds the norm outputs to bf16 before its quantisers; doing that here made quantisation flips against
 //   the CPU reference 5x more frequent: Official-mode row error median 2.9e-2 instead of the bf16 level.)
 //   The quantised values (e4m3 * 2^k, e2m1 * 2^k) are exact in bf16, so the store loses nothing there.
 // Variants tried: row_prep with one block per row (first version); split into 1024-wide pieces when there is
-//   no norm (wo_b input 8192 wide, x 4096 wide).
+//   no norm (wo_b input 8192 wide, x 4096 wide). vec_prep v1: a 128-thread block per vector with every step
+//   through shared memory, block-wide syncs, the RoPE angles in double per vector and the Hadamard's signs by
+//   popc per term: 1.0 ms per 8192-row launch of 64 q heads (~4x the bytes' time at the copy rate); it stays as
+//   attn_vec_prep_small (attn_prep_small.cu) for launches of < 128 rows, where its short blocks win (decode).
+//   v2 (below): a warp per vector, registers throughout, the angles once per block while the loads are in
+//   flight. First cut (8 warps, 2 vectors each, a 16-register Hadamard and quantiser fully unrolled for every
+//   job: 21.5K SASS instructions) was slower than v1 everywhere; at 7.4K instructions and 4 vectors per block:
+//   8192-row prefill call 110.9 -> 52.2 ms in vec_prep (the 1K TTFT 156.2 -> 149.5 ms), batch 1 6.0 -> 15.4
+//   us per launch (hence the split by rows).
 #include "common.cuh"
 
 struct AttnRowPrep {
@@ -90,71 +98,206 @@ struct AttnVecPrepJobs {
     int njobs;
 };
 
-#define VP_U 4  // channels per thread: dim <= 512 over 128 threads
+// attn_vec_prep layout: a warp per vector, lane l holding channels e = l + 32c (c < VP_C). The 128-thread
+// block of v1 (one block per vector) had thread t = l + 32w holding channels t + 128u, i.e. c = w + 4u: the RMS
+// partial sums below keep v1's order (per old thread, then per old warp, then across the 4 old warps), so the
+// outputs are bit for bit v1's. A block takes VP_VPB vectors of one row of one job, one per warp, and computes
+// the row's RoPE sines and cosines once for all of them (v1: once per vector, in double) while their loads
+// are in flight.
+#define VP_WARPS 4
+#define VP_VPB 4
+#define VP_C 16  // channels per lane: dim <= 512
 
-__device__ __forceinline__ void attn_vec_prep_one(const AttnVecPrep p, int vec, int nvec, int row) {
-    __shared__ float v[512];
-    __shared__ float tmp[512];
-    __shared__ float red[33];
-    // Every global input is loaded up front (v1 loaded the norm weights, the position, the RoPE frequency and
-    // the ring slot where each was used: four dependent round trips after the vector's own).
-    const float* src = p.x + (u64)row * p.x_stride + (u64)vec * p.dim;
-    float xv[VP_U], wv[VP_U];
+struct VpTrig {
+    float sn[256], cs[256];
+};
+
+// Sum of squares over the vector, in v1's order: thread (w, l) summed u = 0..3 in turn, each warp reduced with
+// warp_sum, then warp 0 reduced the 4 warp sums (in lanes 0..3) with warp_sum again.
+__device__ __forceinline__ float vp_sum_squares(const float (&x)[VP_C]) {
+    const int lane = threadIdx.x & 31;
+    float total = 0.f;
 #pragma unroll
-    for (int u = 0; u < VP_U; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        xv[u] = i < p.dim ? src[i] : 0.f;
-        wv[u] = p.norm_w && i < p.dim ? p.norm_w[i] : 0.f;
-    }
-    const int pos = p.positions[row];
-    const int half = p.rdim >> 1;
-    const float fq = (int)threadIdx.x < half ? p.freqs[threadIdx.x] : 0.f;
-    const int slot = p.window > 0 ? p.slots[row] : 0;
-    if (p.rms) {
-        // attn_rms_smem with the values and weights in registers: the same order and operations.
+    for (int w = 0; w < 4; ++w) {
         float ss = 0.f;
 #pragma unroll
-        for (int u = 0; u < VP_U; ++u)
-            if (threadIdx.x + u * blockDim.x < p.dim) ss += xv[u] * xv[u];
-        const float inv = 1.0f / sqrtf(attn_block_sum(ss, red) / (float)p.dim + p.eps);
-#pragma unroll
-        for (int u = 0; u < VP_U; ++u) xv[u] = p.norm_w ? wv[u] * (xv[u] * inv) : xv[u] * inv;
+        for (int u = 0; u < 4; ++u) ss += x[w + 4 * u] * x[w + 4 * u];
+        ss = warp_sum(ss);
+        total = lane == w ? ss : total;
     }
-#pragma unroll
-    for (int u = 0; u < VP_U; ++u) {
-        const int i = threadIdx.x + u * blockDim.x;
-        if (i < p.dim) v[i] = xv[u];
-    }
-    __syncthreads();
-    // attn_rope_smem, the first pair per thread from the preloaded frequency.
-    const int start = p.dim - p.rdim;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double theta = (double)pos * (double)(i == (int)threadIdx.x ? fq : p.freqs[i]);
-        const float sn = (float)sin(theta), cs = (float)cos(theta);
-        const float a = v[start + 2 * i], b = v[start + 2 * i + 1];
-        v[start + 2 * i] = a * cs - b * sn;
-        v[start + 2 * i + 1] = a * sn + b * cs;
-    }
-    __syncthreads();
-    attn_quant_vec(v, tmp, p.dim, p.rdim, p.quant);
-    u16* dst;
-    if (p.window > 0) {
-        dst = p.out + ((u64)slot * p.window + pos % p.window) * p.dim;
-    } else {
-        dst = p.out + ((u64)row * nvec + vec) * p.dim;
-    }
-    for (int i = threadIdx.x; i < p.dim; i += blockDim.x) dst[i] = f32_to_bf16(v[i]);
+    return warp_sum(total);
 }
 
-extern "C" __global__ void __launch_bounds__(128) attn_vec_prep(AttnVecPrepJobs p) {
+// Interleaved-pair RoPE of channels [start, dim): the even channel of a pair sits in an even lane, its partner
+// in the next lane (same register).
+__device__ __forceinline__ void vp_rope(float (&x)[VP_C], const VpTrig& t, int dim, int start) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int c = 0; c < VP_C; ++c) {
+        const int e = lane + 32 * c;
+        const float other = __shfl_xor_sync(0xffffffffu, x[c], 1);
+        if (e >= start && e < dim) {
+            const int i = (e - start) >> 1;
+            const float sn = t.sn[i], cs = t.cs[i];
+            if (((e - start) & 1) == 0) {
+                x[c] = x[c] * cs - other * sn;
+            } else {
+                x[c] = other * sn + x[c] * cs;
+            }
+        }
+    }
+}
+
+// attn_round_fmt with the divisions by powers of two as multiplications by their exact reciprocals (the same
+// bits: both are one rounding of the same exact quotient; here nothing rounds at all).
+__device__ __forceinline__ float vp_round_fmt(float x, int mant, int min_exp) {
+    if (x == 0.f) return x;
+    int e = (int)((__float_as_uint(x) >> 23) & 255u) - 127;
+    e = e < min_exp ? min_exp : e;
+    return rintf(x * attn_pow2(mant - e)) * attn_pow2(e - mant);
+}
+
+// Fake quantisation of channels [0, n) in blocks of 32 * G (a trailing partial block is one shorter block):
+// block b is registers bG .. bG+G-1 of every lane. Same per-element arithmetic as attn_quant_block_warp, with
+// x / s as x * (1 / s): s is a power of two, so 1 / s is exact and so is the product.
+template <int G>
+__device__ __forceinline__ void vp_quant(float (&x)[VP_C], int n, int fp4) {
+    const int lane = threadIdx.x & 31;
+    const float maxv = fp4 ? 6.0f : 448.0f;
+    const float floorv = fp4 ? 6.0f * 1.17549435e-38f : 1e-4f;
+#pragma unroll
+    for (int b = 0; b < VP_C / G; ++b) {
+        if (b * 32 * G >= n) break;
+        float amax = 0.f;
+#pragma unroll
+        for (int c = b * G; c < b * G + G; ++c)
+            if (lane + 32 * c < n) amax = fmaxf(amax, fabsf(x[c]));
+        amax = warp_max(amax);
+        const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = 1.0f / s;
+#pragma unroll
+        for (int c = b * G; c < b * G + G; ++c) {
+            if (lane + 32 * c < n) {
+                const float q = fminf(fmaxf(x[c] * inv_s, -maxv), maxv);
+                x[c] = (fp4 ? vp_round_fmt(q, 1, 0) : vp_round_fmt(q, 3, -6)) * s;
+            }
+        }
+    }
+}
+
+// Natural-order Walsh-Hadamard transform scaled by n^-1/2 (n = dim, a power of two), with attn_hadamard_smem's
+// sequential sum per output (bit-exact: an FP4 rounding follows). Output i = l + 32c (c < NC = n / 32, or one
+// register of n lanes when n < 32) adds sign(i, j) * x_j for j = 0, 1, ...; with j = j0 + jl, sign =
+// parity(l & jl) ^ parity(32c & j0). The lane's part goes into the sign bit of x_j once per j (mask `low`), the
+// register's part by negating the accumulator around each 32-chunk (-(-a + t) == a - t exactly under
+// round-to-nearest-even), so each output costs one add per j.
+template <int NC>
+__device__ __forceinline__ void vp_hadamard_nc(float (&x)[VP_C], const float* tmp, int n) {
+    const int lane = threadIdx.x & 31;
+    u32 low = 0;
+    for (int jl = 0; jl < 32; ++jl) low |= (u32)(__popc(lane & jl) & 1) << jl;
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] = 0.f;
+    for (int j0 = 0; j0 < n; j0 += 32) {
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
+        const int len = min(32, n - j0);
+#pragma unroll 8
+        for (int jl = 0; jl < len; ++jl) {
+            const u32 bits = __float_as_uint(tmp[j0 + jl]) ^ ((low << (31 - jl)) & 0x80000000u);
+            const float t = __uint_as_float(bits);
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[c] += t;
+        }
+#pragma unroll
+        for (int c = 0; c < NC; ++c)
+            if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
+    }
+    const float scale = 1.0f / sqrtf((float)n);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) x[c] = acc[c] * scale;
+}
+
+__device__ __forceinline__ void vp_hadamard(float (&x)[VP_C], float* tmp, int n) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int c = 0; c < VP_C; ++c)
+        if (lane + 32 * c < n) tmp[lane + 32 * c] = x[c];
+    __syncwarp();
+    if (n >= 512) {
+        vp_hadamard_nc<16>(x, tmp, n);
+    } else if (n >= 256) {
+        vp_hadamard_nc<8>(x, tmp, n);
+    } else if (n >= 128) {
+        vp_hadamard_nc<4>(x, tmp, n);
+    } else if (n >= 64) {
+        vp_hadamard_nc<2>(x, tmp, n);
+    } else {
+        vp_hadamard_nc<1>(x, tmp, n);
+    }
+    __syncwarp();
+}
+
+// One vector (warp-wide), its channels and norm weights already loaded: [RMS], RoPE, quant mode, bf16 store.
+__device__ __forceinline__ void vp_finish(const AttnVecPrep& p, const VpTrig& t, float* tmp, float (&x)[VP_C],
+                                          const float (&w)[VP_C], int vec, int nvec, int row, int pos, int slot) {
+    const int lane = threadIdx.x & 31;
+    if (p.rms) {
+        const float inv = 1.0f / sqrtf(vp_sum_squares(x) / (float)p.dim + p.eps);
+#pragma unroll
+        for (int c = 0; c < VP_C; ++c) x[c] = p.norm_w ? w[c] * (x[c] * inv) : x[c] * inv;
+    }
+    vp_rope(x, t, p.dim, p.dim - p.rdim);
+    if (p.quant == ATTN_QUANT_Q8_NOPE) {
+        vp_quant<2>(x, p.dim - p.rdim, 0);
+    } else if (p.quant == ATTN_QUANT_HAD_Q4) {
+        vp_hadamard(x, tmp, p.dim);
+        vp_quant<1>(x, p.dim, 1);
+    }
+    u16* dst = p.window > 0 ? p.out + ((u64)slot * p.window + pos % p.window) * p.dim
+                            : p.out + ((u64)row * nvec + vec) * p.dim;
+#pragma unroll
+    for (int c = 0; c < VP_C; ++c)
+        if (lane + 32 * c < p.dim) dst[lane + 32 * c] = f32_to_bf16(x[c]);
+}
+
+// The block's share: vector v0 + warp of job `p` in row blockIdx.y. Every global input is requested first, so
+// the vector and its weights are in flight while the row's angles are computed (the angles need the position).
+__device__ __forceinline__ void vp_block(const AttnVecPrep& p, int nvec, int v0) {
+    __shared__ VpTrig trig;
+    __shared__ float tmp[VP_WARPS][512];
+    const int row = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int vec = v0 + warp;
+    const bool live = vec < nvec;
+    const float* src = p.x + (u64)row * p.x_stride + (u64)min(vec, nvec - 1) * p.dim;
+    float x[VP_C], w[VP_C];
+#pragma unroll
+    for (int c = 0; c < VP_C; ++c) {
+        const int e = lane + 32 * c;
+        x[c] = live && e < p.dim ? src[e] : 0.f;
+        w[c] = p.norm_w && e < p.dim ? p.norm_w[e] : 0.f;
+    }
+    const int pos = p.positions[row];
+    const int slot = p.window > 0 ? p.slots[row] : 0;
+    for (int i = threadIdx.x; i < p.rdim / 2; i += blockDim.x) {
+        const double theta = (double)pos * (double)p.freqs[i];
+        trig.sn[i] = (float)sin(theta);
+        trig.cs[i] = (float)cos(theta);
+    }
+    __syncthreads();
+    if (live) vp_finish(p, trig, tmp[warp], x, w, vec, nvec, row, pos, slot);
+}
+
+// The parameter block is a grid constant so the job can be picked by index without copying it.
+extern "C" __global__ void __launch_bounds__(128, 8) attn_vec_prep(const __grid_constant__ AttnVecPrepJobs p) {
     pdl_trigger();
     pdl_wait();
-    // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
-    const int v = blockIdx.x, row = blockIdx.y;
-    if (v < p.nvec[0] || p.njobs == 1)
-        attn_vec_prep_one(p.job[0], v, p.nvec[0], row);
-    else if (v < p.nvec[0] + p.nvec[1] || p.njobs == 2)
-        attn_vec_prep_one(p.job[1], v - p.nvec[0], p.nvec[1], row);
-    else
-        attn_vec_prep_one(p.job[2], v - p.nvec[0] - p.nvec[1], p.nvec[2], row);
+    // Job j owns ceil(nvec[j] / VP_VPB) consecutive blocks along x.
+    int b = blockIdx.x, j = 0;
+    while (j + 1 < p.njobs && b >= (p.nvec[j] + VP_VPB - 1) / VP_VPB) {
+        b -= (p.nvec[j] + VP_VPB - 1) / VP_VPB;
+        ++j;
+    }
+    vp_block(p.job[j], p.nvec[j], b * VP_VPB);
 }

@@ -61,7 +61,9 @@ impl GpuContext {
         unsafe { self.launch_one(s, &self.kernels.attn.row_prep, c, p) }
     }
 
-    /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters).
+    /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters). Launches of
+    /// fewer than [`VEC_PREP_WIDE_MIN_ROWS`] rows take the block-per-vector kernel, the others the
+    /// warp-per-vector one (the same bits).
     ///
     /// # Safety
     /// For each job: `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode)
@@ -72,9 +74,33 @@ impl GpuContext {
         rows: usize,
         jobs: &[(usize, AttnVecPrep)],
     ) -> Result<()> {
+        let kind = if rows >= VEC_PREP_WIDE_MIN_ROWS {
+            VecPrepKernel::WarpPerVector
+        } else {
+            VecPrepKernel::BlockPerVector
+        };
+        // SAFETY: caller's contract.
+        unsafe { self.launch_attn_vec_prep_on(s, rows, jobs, kind) }
+    }
+
+    /// [`Self::launch_attn_vec_prep`] on a chosen kernel (tests compare the two).
+    ///
+    /// # Safety
+    /// As [`Self::launch_attn_vec_prep`].
+    pub unsafe fn launch_attn_vec_prep_on(
+        &self,
+        s: &CudaStream,
+        rows: usize,
+        jobs: &[(usize, AttnVecPrep)],
+        kind: VecPrepKernel,
+    ) -> Result<()> {
         check(NAME, (1..=VEC_PREP_JOBS).contains(&jobs.len()), || {
             format!("vec_prep jobs {}", jobs.len())
         })?;
+        let per_block = match kind {
+            VecPrepKernel::WarpPerVector => VEC_PREP_PER_BLOCK,
+            VecPrepKernel::BlockPerVector => 1,
+        };
         let mut p = AttnVecPrepJobs {
             njobs: jobs.len() as i32,
             ..Default::default()
@@ -88,11 +114,15 @@ impl GpuContext {
             )?;
             p.job[j] = *job;
             p.nvec[j] = i32::try_from(*nvec).unwrap_or(i32::MAX);
-            blocks += nvec;
+            blocks += nvec.div_ceil(per_block);
         }
         let c = cfg((grid(NAME, blocks)?, grid(NAME, rows)?, 1), 128, 0);
+        let f = match kind {
+            VecPrepKernel::WarpPerVector => &self.kernels.attn.vec_prep,
+            VecPrepKernel::BlockPerVector => &self.kernels.attn.vec_prep_small,
+        };
         // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.attn.vec_prep, c, &p) }
+        unsafe { self.launch_one(s, f, c, &p) }
     }
 
     /// Up to [`COMPRESS_JOBS`] compressors in one launch.

@@ -46,6 +46,7 @@ pub const SPARSE_HEADS_PER_BLOCK: usize = 16;
 pub struct AttnKernels {
     pub row_prep: CudaFunction,
     pub vec_prep: CudaFunction,
+    pub vec_prep_small: CudaFunction,
     pub compress: CudaFunction,
     pub index_score: CudaFunction,
     pub index_topk: CudaFunction,
@@ -72,6 +73,7 @@ impl AttnKernels {
         Ok(AttnKernels {
             row_prep: get("attn_row_prep")?,
             vec_prep: get("attn_vec_prep")?,
+            vec_prep_small: get("attn_vec_prep_small")?,
             compress: get("attn_compress")?,
             index_score: get("attn_index_score")?,
             index_topk,
@@ -118,6 +120,23 @@ pub struct AttnVecPrep {
 
 /// Most jobs of one `attn_vec_prep` launch (q heads, the kv row, the indexer's q heads).
 pub const VEC_PREP_JOBS: usize = 3;
+
+/// Vectors of one row per `attn_vec_prep` block (VP_VPB in attn_prep.cu).
+pub const VEC_PREP_PER_BLOCK: usize = 4;
+
+/// Fewest rows for the warp-per-vector `attn_vec_prep`: ncu, 8192 rows of the Flash q heads and indexer
+/// queries: 52.2 ms per prefill call against the block-per-vector kernel's 110.9; at batch 1 (129 vectors)
+/// 15.4 us per launch against 6.0.
+pub const VEC_PREP_WIDE_MIN_ROWS: usize = 128;
+
+/// The two `attn_vec_prep` kernels (same inputs, outputs and bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VecPrepKernel {
+    /// `attn_vec_prep`: a warp per vector, 4 vectors of a row per block, registers throughout.
+    WarpPerVector,
+    /// `attn_vec_prep_small`: a 128-thread block per vector (short blocks for few rows).
+    BlockPerVector,
+}
 
 /// The kernel parameter of `attn_vec_prep`: jobs 0..njobs, each over `nvec[j]` vectors.
 #[repr(C)]
