@@ -319,3 +319,75 @@ fn both_kernels_give_the_same_bits() {
         }
     }
 }
+
+/// The CPU reference of attn_row_prep without a norm: gather group-major `[groups, rows, width]` into rows,
+/// then the FP8 fake quant in blocks of `blk` (0: none).
+fn row_reference(x: &[f32], groups: usize, rows: usize, width: usize, blk: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(x.len());
+    for r in 0..rows {
+        let mut row: Vec<f32> = (0..groups)
+            .flat_map(|g| x[(g * rows + r) * width..][..width].iter().copied())
+            .collect();
+        if blk > 0 {
+            fake_quant_fp8(&mut row, blk);
+        }
+        out.extend(row);
+    }
+    out
+}
+
+/// attn_row_prep without a norm, f32 and bf16 inputs, with and without the quantiser, on both kernels (the
+/// warp-per-block one where the shape allows): bit for bit the CPU reference (no reduction order involved).
+#[test]
+fn row_prep_without_norm_is_the_reference_bits() {
+    let Some(ctx) = gpu() else { return };
+    let s = &ctx.stream;
+    for (groups, rows, width) in [(3, 300, 256), (8, 129, 1024), (1, 131, 4096), (2, 200, 192)] {
+        let n = rows * groups * width;
+        // Magnitudes over many binades, so the blocks' scales differ.
+        let x: Vec<f32> = (0..n)
+            .map(|i| rnd(i, 9) * 2f32.powi((i / 128 % 17) as i32 - 8))
+            .collect();
+        let xb: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        let x_dev = s.clone_htod(&x).expect("htod");
+        let xb_dev = s.clone_htod(&xb).expect("htod");
+        for (x_f32, blk, wide) in [
+            (1, 128, true),
+            (0, 128, true),
+            (1, 0, true),
+            (1, 128, false),
+        ] {
+            let input: Vec<f32> = if x_f32 == 1 {
+                x.clone()
+            } else {
+                xb.iter().map(|v| v.to_f32()).collect()
+            };
+            let want = row_reference(&input, groups, rows, width, blk);
+            let mut out = s.alloc_zeros::<bf16>(n).expect("alloc");
+            let p = dsv4_kernels::attn::AttnRowPrep {
+                x: if x_f32 == 1 {
+                    x_dev.device_ptr(s).0
+                } else {
+                    xb_dev.device_ptr(s).0
+                },
+                out: out.device_ptr_mut(s).0,
+                x_f32,
+                groups: groups as i32,
+                rows: rows as i32,
+                width: width as i32,
+                quant_blk: blk as i32,
+                ..Default::default()
+            };
+            // SAFETY: x holds groups x rows x width values of the declared type, out rows x groups x width bf16.
+            unsafe { ctx.launch_attn_row_prep_on(s, &p, wide) }.expect("launch");
+            let got = s.clone_dtoh(&out).expect("dtoh");
+            let bad = got
+                .iter()
+                .zip(&want)
+                .filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits())
+                .count();
+            println!("row_prep {groups}x{rows}x{width} f32 {x_f32} blk {blk} wide {wide}: {bad} of {n} differ");
+            assert_eq!(bad, 0);
+        }
+    }
+}

@@ -42,14 +42,43 @@ fn pos_i32(what: &'static str, v: i32) -> Result<()> {
 }
 
 impl GpuContext {
+    /// A row preparation (attn_prep.cu). Launches of at least [`VEC_PREP_WIDE_MIN_ROWS`] rows without a norm
+    /// whose 128-value quant blocks (or none) stay inside a group take attn_row_quant (a warp per block of 128
+    /// values; the same bits), the others attn_row_prep.
+    ///
     /// # Safety
     /// `p.x` holds `groups*rows*width` values, `p.out` `rows*groups*width` bf16, `p.norm_w` (if set) the row.
     pub unsafe fn launch_attn_row_prep(&self, s: &CudaStream, p: &AttnRowPrep) -> Result<()> {
+        let wide = p.rows as usize >= VEC_PREP_WIDE_MIN_ROWS;
+        // SAFETY: caller's contract.
+        unsafe { self.launch_attn_row_prep_on(s, p, wide) }
+    }
+
+    /// [`Self::launch_attn_row_prep`], allowed (`wide`) or not to take attn_row_quant (tests compare them).
+    ///
+    /// # Safety
+    /// As [`Self::launch_attn_row_prep`].
+    pub unsafe fn launch_attn_row_prep_on(
+        &self,
+        s: &CudaStream,
+        p: &AttnRowPrep,
+        wide: bool,
+    ) -> Result<()> {
         pos_i32("rows", p.rows)?;
         let n = (p.groups as usize) * (p.width as usize);
         check(NAME, n > 0 && n <= ROW_PREP_MAX, || {
             format!("row_prep row {n}")
         })?;
+        let blocks_of_128 = p.width % 128 == 0 && matches!(p.quant_blk, 0 | 128);
+        // attn_row_quant loads 4 values (16 or 8 bytes) and stores 4 bf16 (8 bytes) at once.
+        let aligned =
+            p.x.is_multiple_of(if p.x_f32 != 0 { 16 } else { 8 }) && p.out.is_multiple_of(8);
+        if wide && p.norm_w == 0 && blocks_of_128 && aligned {
+            let warps = (p.rows as usize) * (n / 128);
+            let c = cfg((grid(NAME, warps.div_ceil(8))?, 1, 1), 256, 0);
+            // SAFETY: caller's contract; whole 128-value blocks per group (checked above).
+            return unsafe { self.launch_one(s, &self.kernels.attn.row_quant, c, p) };
+        }
         // Without a norm the row is cut into 1024-wide pieces (whole quant blocks, see attn_prep.cu).
         let pieces = if p.norm_w == 0 { n.div_ceil(1024) } else { 1 };
         let c = cfg(

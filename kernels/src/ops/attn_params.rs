@@ -45,6 +45,7 @@ pub const SPARSE_HEADS_PER_BLOCK: usize = 16;
 #[derive(Debug, Clone)]
 pub struct AttnKernels {
     pub row_prep: CudaFunction,
+    pub row_quant: CudaFunction,
     pub vec_prep: CudaFunction,
     pub vec_prep_small: CudaFunction,
     pub compress: CudaFunction,
@@ -72,6 +73,7 @@ impl AttnKernels {
         opt_in_smem(&sparse_partial, sparse_smem_bytes(VEC_MAX))?;
         Ok(AttnKernels {
             row_prep: get("attn_row_prep")?,
+            row_quant: get("attn_row_quant")?,
             vec_prep: get("attn_vec_prep")?,
             vec_prep_small: get("attn_vec_prep_small")?,
             compress: get("attn_compress")?,
