@@ -19,6 +19,13 @@
 // Shared memory pf_attn2_smem(D, S): Q [64][D+8] + S x [32][D+8] keys (bf16) + 8 warps x 16 x 32 f32 partial
 // scores + 64 f32 (cos, sin of the inverse RoPE).
 // Launch: grid (rows, ceil(heads/64)), block 256, dim in {64, 128, 256, 512}, rdim even <= 64 and <= dim.
+// Measured (2026-11-30, H200, kbench pfattn at 8192 rows, us per launch; BENCH_NOTES): CSA 8010 -> 4813 (s3) /
+//   4769 (s4), HCA 2414 -> 1640 / 1639, SWA 1893 -> 1315 / 1322; the 43 layers 220 -> 137 / 136 ms; outputs
+//   within 0.97 of the test bound of pf_attn's. s4 is within noise of s3, so s3 (less shared memory) is the
+//   default. ncu (8K CSA): 8.66 M cycles against 14.36 M, 2.09 G instructions against 2.75 G, no spills (254
+//   registers), issue slots 46% busy, 0.70 eligible warps per scheduler, ALU the busiest pipe (41%): still
+//   latency- and issue-bound at 8 warps per SM. Not tried yet: the hardware bf16x2 conversion for P hi/lo
+//   (cvt.rn.bf16x2.f32, same bits), skipping the accumulator rescale when no row maximum moved, 64-key tiles.
 
 // Barrier of the two warps (64 threads) of head group `mi` (ids 1..4; 0 is __syncthreads).
 __device__ __forceinline__ void pf_pair_sync(int mi) {
@@ -39,22 +46,11 @@ __device__ __forceinline__ void pf_attn2_body(const PfAttn& p) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int mi = warp & 3, ni = warp >> 2;
     const int pos = p.positions[r], slot = p.slots[r], p0 = p.pos0[r], r0 = p.row0[r];
-    const int nwin = min(pos + 1, p.window);
-    int ncomp = 0;
-    if (p.ratio > 0) {
-        ncomp = min((pos + 1) / p.ratio, p.cap);
-        if (p.sel) ncomp = min(ncomp, p.k);
-    }
-    const int nkeys = nwin + ncomp;
+    int nwin;
+    const int nkeys = pf_attn_nkeys(p, pos, nwin);
     const int nh = min(PFA_HEADS, p.heads - hbase);
     const int ntiles = (nkeys + PFA_KT - 1) / PFA_KT;
-
-    for (int c = tid; c < PFA_HEADS * CPK; c += 256) {
-        const int h = c / CPK, part = c - h * CPK;
-        const bool ok = h < nh;
-        const u16* src = ok ? p.q + ((u64)r * p.heads + hbase + h) * D + part * 8 : p.q;
-        pf_cp16(smem_u32(Qs + h * LD + part * 8), src, ok);
-    }
+    pf_attn_load_q<D>(p, Qs, r, hbase, nh);
     // Thread tid copies parts tid % 8, +8, .. of key tid / 8 (zero-filled past nkeys: P.V then multiplies
     // zeros, never stale shared memory, by p = 0).
     auto load_keys = [&](int tile) {

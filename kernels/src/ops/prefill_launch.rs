@@ -94,17 +94,19 @@ impl GpuContext {
         });
         let d = PF_ATTN_DIMS.iter().position(|&x| x == dim)?;
         let fits = |k: usize| self.kernels.prefill.attn_fits.get(k).is_some_and(|f| f[d]);
-        forced
-            .into_iter()
-            .chain([1, 2, 0])
-            .find(|&k| fits(k))
+        forced.into_iter().chain([1, 2, 0]).find(|&k| fits(k))
     }
 
     /// Sparse attention of `p.rows` query rows with kernel kind `kind` (prefill_attn.cu, prefill_attn_fa.cu).
     ///
     /// # Safety
     /// Addresses as documented in prefill_attn.cu for `p.rows` rows.
-    pub unsafe fn launch_pf_attn_kind(&self, s: &CudaStream, kind: usize, p: &PfAttn) -> Result<()> {
+    pub unsafe fn launch_pf_attn_kind(
+        &self,
+        s: &CudaStream,
+        kind: usize,
+        p: &PfAttn,
+    ) -> Result<()> {
         let (d, rdim) = (p.dim as usize, p.rdim as usize);
         let i = dim_index(&PF_ATTN_DIMS, d, "attention")?;
         check(NAME, kind < PF_ATTN_KINDS.len(), || {

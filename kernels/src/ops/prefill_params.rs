@@ -97,17 +97,33 @@ pub const PF_ATTN_KINDS: [&str; 3] = ["pf_attn", "pf_attn2s3", "pf_attn2s4"];
 
 /// Instance names per kind and [`PF_ATTN_DIMS`] entry.
 const PF_ATTN_NAMES: [[&str; 4]; 3] = [
-    ["pf_attn_d64", "pf_attn_d128", "pf_attn_d256", "pf_attn_d512"],
-    ["pf_attn2s3_d64", "pf_attn2s3_d128", "pf_attn2s3_d256", "pf_attn2s3_d512"],
-    ["pf_attn2s4_d64", "pf_attn2s4_d128", "pf_attn2s4_d256", "pf_attn2s4_d512"],
+    [
+        "pf_attn_d64",
+        "pf_attn_d128",
+        "pf_attn_d256",
+        "pf_attn_d512",
+    ],
+    [
+        "pf_attn2s3_d64",
+        "pf_attn2s3_d128",
+        "pf_attn2s3_d256",
+        "pf_attn2s3_d512",
+    ],
+    [
+        "pf_attn2s4_d64",
+        "pf_attn2s4_d128",
+        "pf_attn2s4_d256",
+        "pf_attn2s4_d512",
+    ],
 ];
 
 /// Dynamic shared memory of kind `kind` (index into [`PF_ATTN_KINDS`]) for head dim `dim`.
 pub const fn pf_attn_smem(kind: usize, dim: usize) -> usize {
     match kind {
         0 => 256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256,
-        // Q [64] + stages x [32] key rows of dim + 8 bf16, 8 warps x 16 x 32 f32 scores, 64 f32 cos/sin.
-        _ => 2 * (64 + 32 * (kind + 1)) * (dim + 8) + 4 * 8 * 16 * 32 + 4 * 64,
+        // Q [64] + stages (kind + 2) x [32] key rows of dim + 8 bf16, 8 warps x 16 x 32 f32 scores, 64 f32
+        // cos/sin.
+        _ => 2 * (64 + 32 * (kind + 2)) * (dim + 8) + 4 * 8 * 16 * 32 + 4 * 64,
     }
 }
 
