@@ -16,7 +16,7 @@
 // One block barrier per tile (the key ring's reuse); key tiles ride an S-stage cp.async ring (S = 3 or 4),
 // each thread copying one key row part (one address computation, one `sel` read per tile). Blocks take rows in
 // reverse order: within a sequence later rows have more keys, so the longest blocks start first (shorter tail).
-// Shared memory pf_attn2_smem(D, S): Q [64][D+8] + S x [32][D+8] keys (bf16) + 8 warps x 16 x 32 f32 partial
+// Shared memory (host: pf_attn_smem(kind, D), S = kind + 2): Q [64][D+8] + S x [32][D+8] keys (bf16) + 8 warps x 16 x 32 f32 partial
 // scores + 64 f32 (cos, sin of the inverse RoPE).
 // Launch: grid (rows, ceil(heads/64)), block 256, dim in {64, 128, 256, 512}, rdim even <= 64 and <= dim.
 // Measured (2026-11-30, H200, kbench pfattn at 8192 rows, us per launch; BENCH_NOTES): CSA 8010 -> 4813 (s3) /
@@ -24,8 +24,9 @@
 //   within 0.97 of the test bound of pf_attn's. s4 is within noise of s3, so s3 (less shared memory) is the
 //   default. ncu (8K CSA): 8.66 M cycles against 14.36 M, 2.09 G instructions against 2.75 G, no spills (254
 //   registers), issue slots 46% busy, 0.70 eligible warps per scheduler, ALU the busiest pipe (41%): still
-//   latency- and issue-bound at 8 warps per SM. Not tried yet: the hardware bf16x2 conversion for P hi/lo
-//   (cvt.rn.bf16x2.f32, same bits), skipping the accumulator rescale when no row maximum moved, 64-key tiles.
+//   latency- and issue-bound at 8 warps per SM. Not run yet: the hardware bf16x2 conversion for P hi/lo
+//   (cvt.rn.bf16x2.f32, same bits; compiled, it tips ptxas into small spills), skipping the accumulator
+//   rescale when no row maximum moved, 64-key tiles.
 
 // Barrier of the two warps (64 threads) of head group `mi` (ids 1..4; 0 is __syncthreads).
 __device__ __forceinline__ void pf_pair_sync(int mi) {
