@@ -19,7 +19,12 @@
 //   [64][33] f32 and the per-head statistics. Q.K^T: warp (mi, ni) = (warp % 4, warp / 4) takes heads 16mi.. x keys 16ni..;
 //   P.V: heads 16mi.. x channels (dim/2) ni..; ldmatrix (.trans for V) feeds mma.sync m16n8k16.
 // Constraints: dim in {64, 128, 256, 512}, rdim even <= 64 and <= dim.
-// Variants tried: none measured yet (first version).
+// Variants tried (2026-11-30, H200, kbench pfattn / ncu, BENCH_NOTES): this kernel is the baseline kind 0 and
+//   is no longer prefill's default: ncu of one 8K CSA launch (8.0 ms) showed it latency-bound at 1 block (8
+//   warps) per SM (255 registers, 153 KB): issue slots 36% busy, 0.47 eligible warps per scheduler, 2.75 G
+//   instructions, spills (56 B stack). pf_attn2s3 (prefill_attn_fa.cu: scores in registers, one block
+//   barrier per tile, 3 key stages) runs the same launch in 4.8 ms and the 8K prefill's attention core in
+//   137 ms against 221. Kept as the fallback where the 183 KB of pf_attn2 are not granted.
 #include "common.cuh"
 
 #define PFA_KT 32
@@ -55,6 +60,30 @@ __device__ __forceinline__ const u16* pf_attn_key(const PfAttn& p, int r, int i,
     return p.comp + ((u64)slot * p.cap + e) * p.dim;
 }
 
+// Key count of a row at position `pos` (window keys first: `nwin` of them), as the header describes.
+__device__ __forceinline__ int pf_attn_nkeys(const PfAttn& p, int pos, int& nwin) {
+    nwin = min(pos + 1, p.window);
+    int ncomp = 0;
+    if (p.ratio > 0) {
+        ncomp = min((pos + 1) / p.ratio, p.cap);
+        if (p.sel) ncomp = min(ncomp, p.k);
+    }
+    return nwin + ncomp;
+}
+
+// Starts the copies of row r's query heads hbase.. into Qs [64][D+8] (zero rows past the nh real heads);
+// the caller (256 threads) commits them with its first key tile.
+template <int D>
+__device__ __forceinline__ void pf_attn_load_q(const PfAttn& p, u16* Qs, int r, int hbase, int nh) {
+    constexpr int CPK = D / 8;
+    for (int c = threadIdx.x; c < PFA_HEADS * CPK; c += 256) {
+        const int h = c / CPK, part = c - h * CPK;
+        const bool ok = h < nh;
+        const u16* src = ok ? p.q + ((u64)r * p.heads + hbase + h) * D + part * 8 : p.q;
+        pf_cp16(smem_u32(Qs + h * (D + 8) + part * 8), src, ok);
+    }
+}
+
 template <int D>
 __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
     constexpr int LD = D + 8, CPK = D / 8;
@@ -68,21 +97,10 @@ __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
     const int r = blockIdx.x, hbase = blockIdx.y * PFA_HEADS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int pos = p.positions[r], slot = p.slots[r], p0 = p.pos0[r], r0 = p.row0[r];
-    const int nwin = min(pos + 1, p.window);
-    int ncomp = 0;
-    if (p.ratio > 0) {
-        ncomp = min((pos + 1) / p.ratio, p.cap);
-        if (p.sel) ncomp = min(ncomp, p.k);
-    }
-    const int nkeys = nwin + ncomp;
+    int nwin;
+    const int nkeys = pf_attn_nkeys(p, pos, nwin);
     const int nh = min(PFA_HEADS, p.heads - hbase);
-
-    for (int c = tid; c < PFA_HEADS * CPK; c += 256) {
-        const int h = c / CPK, part = c - h * CPK;
-        const bool ok = h < nh;
-        const u16* src = ok ? p.q + ((u64)r * p.heads + hbase + h) * D + part * 8 : p.q;
-        pf_cp16(smem_u32(Qs + h * LD + part * 8), src, ok);
-    }
+    pf_attn_load_q<D>(p, Qs, r, hbase, nh);
     auto load_keys = [&](int tile, u16* dst) {
         for (int c = tid; c < PFA_KT * CPK; c += 256) {
             const int j = c / CPK, part = c - j * CPK, i = tile * PFA_KT + j;

@@ -1,7 +1,8 @@
 //! Times each kernel at the model's real sizes with CUDA events and prints achieved GB/s next to a
 //! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`
 //! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf;
-//! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs).
+//! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs; `kbench pfattn [M,..]`: the
+//! prefill attention kernels, kbench_pf/attn.rs).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -13,6 +14,8 @@ use dsv4_kernels::{
 
 #[path = "kbench_pf/mod.rs"]
 mod pf;
+#[path = "kbench_pf/attn.rs"]
+mod pfattn;
 #[path = "kbench_pf/experts.rs"]
 mod pfexp;
 
@@ -398,6 +401,19 @@ fn main() -> R<()> {
             None => vec![1024, 8192],
         };
         return pfexp::bench(&g, &rows);
+    }
+    // `kbench pfattn [M,M..]`: the prefill attention kernels (default 1024, 8192); `pfattn-once M`: one launch.
+    let arg = |i| std::env::args().nth(i);
+    match arg(1).as_deref() {
+        Some("pfattn") => {
+            let rows: Vec<usize> = match arg(2) {
+                Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+                None => vec![1024, 8192],
+            };
+            return pfattn::bench(&g, &rows);
+        }
+        Some("pfattn-once") => return pfattn::once(&g, arg(2).unwrap_or_default().parse()?),
+        _ => {}
     }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");

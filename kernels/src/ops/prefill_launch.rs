@@ -1,5 +1,7 @@
 //! Launchers of the batched-prefill kernels (`cuda/prefill_*.cu`). They check each kernel's dimension limits;
 //! the caller vouches for the device addresses inside the parameter blocks (hence `unsafe`).
+use std::sync::OnceLock;
+
 use cudarc::driver::CudaStream;
 
 use super::attn_launch::cfg;
@@ -70,17 +72,51 @@ impl GpuContext {
         unsafe { self.launch_one(s, f, c, p) }
     }
 
-    /// Sparse attention of `p.rows` query rows (prefill_attn.cu).
+    /// Sparse attention of `p.rows` query rows with the preferred kernel kind (see [`Self::pf_attn_kind`]).
     ///
     /// # Safety
     /// Addresses as documented in prefill_attn.cu for `p.rows` rows.
     pub unsafe fn launch_pf_attn(&self, s: &CudaStream, p: &PfAttn) -> Result<()> {
+        let kind = self.pf_attn_kind(p.dim as usize).unwrap_or(0);
+        // SAFETY: caller's contract.
+        unsafe { self.launch_pf_attn_kind(s, kind, p) }
+    }
+
+    /// The attention kernel kind (index into [`PF_ATTN_KINDS`]) prefill uses for head dim `dim`: `pf_attn2s3`
+    /// where its shared memory is granted, else the first kind that fits; `DSV4_PF_ATTN=K` picks kind K (A/B
+    /// runs) where it fits. None: no kind fits.
+    pub fn pf_attn_kind(&self, dim: usize) -> Option<usize> {
+        static FORCED: OnceLock<Option<usize>> = OnceLock::new();
+        let forced = *FORCED.get_or_init(|| {
+            std::env::var("DSV4_PF_ATTN")
+                .ok()
+                .and_then(|v| v.parse().ok())
+        });
+        let d = PF_ATTN_DIMS.iter().position(|&x| x == dim)?;
+        let fits = |k: usize| self.kernels.prefill.attn_fits.get(k).is_some_and(|f| f[d]);
+        forced.into_iter().chain([1, 2, 0]).find(|&k| fits(k))
+    }
+
+    /// Sparse attention of `p.rows` query rows with kernel kind `kind` (prefill_attn.cu, prefill_attn_fa.cu).
+    ///
+    /// # Safety
+    /// Addresses as documented in prefill_attn.cu for `p.rows` rows.
+    pub unsafe fn launch_pf_attn_kind(
+        &self,
+        s: &CudaStream,
+        kind: usize,
+        p: &PfAttn,
+    ) -> Result<()> {
         let (d, rdim) = (p.dim as usize, p.rdim as usize);
         let i = dim_index(&PF_ATTN_DIMS, d, "attention")?;
-        check(NAME, self.kernels.prefill.attn_fits[i], || {
+        check(NAME, kind < PF_ATTN_KINDS.len(), || {
+            format!("attention kind {kind}")
+        })?;
+        let smem = pf_attn_smem(kind, d);
+        check(NAME, self.kernels.prefill.attn_fits[kind][i], || {
             format!(
-                "attention dim {d}: {} B of shared memory per block not available",
-                pf_attn_smem(d)
+                "attention {} dim {d}: {smem} B of shared memory per block not available",
+                PF_ATTN_KINDS[kind]
             )
         })?;
         check(
@@ -97,10 +133,10 @@ impl GpuContext {
         let c = cfg(
             (grid(NAME, p.rows as usize)?, grid(NAME, hg)?, 1),
             256,
-            pf_attn_smem(d),
+            smem,
         );
         // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.prefill.attn[i], c, p) }
+        unsafe { self.launch_one(s, &self.kernels.prefill.attn[kind][i], c, p) }
     }
 
     /// Indexer scores of rows `p.row_begin .. p.row_begin + rows` with `splits` blocks per row.

@@ -90,9 +90,41 @@ const _: () = assert!(
     "two blocks per SM"
 );
 
-/// Dynamic shared memory of `pf_attn_d{dim}`.
-pub fn pf_attn_smem(dim: usize) -> usize {
-    256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256
+/// The prefill attention kernels, in `PrefillKernels::attn` order: `pf_attn` (prefill_attn.cu: scores and
+/// probabilities through shared memory, 2 key stages) and `pf_attn2s3` / `pf_attn2s4` (prefill_attn_fa.cu:
+/// scores in registers, 3 or 4 key stages). Instances are `{name}_d{dim}`.
+pub const PF_ATTN_KINDS: [&str; 3] = ["pf_attn", "pf_attn2s3", "pf_attn2s4"];
+
+/// Instance names per kind and [`PF_ATTN_DIMS`] entry.
+const PF_ATTN_NAMES: [[&str; 4]; 3] = [
+    [
+        "pf_attn_d64",
+        "pf_attn_d128",
+        "pf_attn_d256",
+        "pf_attn_d512",
+    ],
+    [
+        "pf_attn2s3_d64",
+        "pf_attn2s3_d128",
+        "pf_attn2s3_d256",
+        "pf_attn2s3_d512",
+    ],
+    [
+        "pf_attn2s4_d64",
+        "pf_attn2s4_d128",
+        "pf_attn2s4_d256",
+        "pf_attn2s4_d512",
+    ],
+];
+
+/// Dynamic shared memory of kind `kind` (index into [`PF_ATTN_KINDS`]) for head dim `dim`.
+pub const fn pf_attn_smem(kind: usize, dim: usize) -> usize {
+    match kind {
+        0 => 256 * (dim + 8) + 2 * 2 * 64 * 40 + 4 * 64 * 33 + 4 * 256,
+        // Q [64] + stages (kind + 2) x [32] key rows of dim + 8 bf16, 8 warps x 16 x 32 f32 scores, 64 f32
+        // cos/sin.
+        _ => 2 * (64 + 32 * (kind + 2)) * (dim + 8) + 4 * 8 * 16 * 32 + 4 * 64,
+    }
 }
 
 /// Dynamic shared memory of `pf_index_score_d{dim}`.
@@ -107,8 +139,8 @@ pub struct PrefillKernels {
     pub gemm_bf16: [CudaFunction; 2],
     pub gemm_fp8: [CudaFunction; 2],
     pub gemm_fp4_expert: [CudaFunction; 2],
-    /// pf_attn_d{64, 128, 256, 512}.
-    pub attn: [CudaFunction; 4],
+    /// Per [`PF_ATTN_KINDS`] entry: `{kind}_d{64, 128, 256, 512}`.
+    pub attn: [[CudaFunction; 4]; 3],
     /// pf_index_score_d{64, 128}.
     pub index_score: [CudaFunction; 2],
     pub compress_pool: CudaFunction,
@@ -131,7 +163,7 @@ pub struct PrefillKernels {
     pub kperm: CudaFunction,
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
-    pub attn_fits: [bool; 4],
+    pub attn_fits: [[bool; 4]; 3],
 }
 
 impl PrefillKernels {
@@ -139,7 +171,7 @@ impl PrefillKernels {
     pub fn supports(&self, dim: usize, index_dim: usize) -> bool {
         let a = PF_ATTN_DIMS.iter().position(|&d| d == dim);
         let i = PF_INDEX_DIMS.contains(&index_dim);
-        a.is_some_and(|a| self.attn_fits[a]) && i
+        a.is_some_and(|a| self.attn_fits.iter().any(|f| f[a])) && i
     }
 }
 
@@ -147,6 +179,29 @@ impl PrefillKernels {
 pub const PF_ATTN_DIMS: [usize; 4] = [64, 128, 256, 512];
 /// Head dims of the indexer kernel instances.
 pub const PF_INDEX_DIMS: [usize; 2] = [64, 128];
+
+/// Every attention instance, and whether the device granted each its shared memory.
+fn attn_kernels(
+    module: &Arc<CudaModule>,
+    fits_out: &mut [[bool; 4]; 3],
+) -> Result<[[CudaFunction; 4]; 3]> {
+    let kind = |k: usize| -> Result<[CudaFunction; 4]> {
+        let n = &PF_ATTN_NAMES[k];
+        Ok([
+            super::kernel(module, n[0])?,
+            super::kernel(module, n[1])?,
+            super::kernel(module, n[2])?,
+            super::kernel(module, n[3])?,
+        ])
+    };
+    let attn = [kind(0)?, kind(1)?, kind(2)?];
+    for (k, (fs, oks)) in attn.iter().zip(fits_out.iter_mut()).enumerate() {
+        for ((f, d), ok) in fs.iter().zip(PF_ATTN_DIMS).zip(oks.iter_mut()) {
+            *ok = fits(f, pf_attn_smem(k, d));
+        }
+    }
+    Ok(attn)
+}
 
 /// Whether the device has `bytes` of shared memory per block for `f` (the attribute is refused above it).
 fn fits(f: &CudaFunction, bytes: usize) -> bool {
@@ -162,16 +217,8 @@ impl PrefillKernels {
             opt_in_smem(&f[1], pf_gemm_smem(128))?;
             Ok(f)
         };
-        let attn = [
-            get("pf_attn_d64")?,
-            get("pf_attn_d128")?,
-            get("pf_attn_d256")?,
-            get("pf_attn_d512")?,
-        ];
-        let mut attn_fits = [false; 4];
-        for ((f, d), ok) in attn.iter().zip(PF_ATTN_DIMS).zip(attn_fits.iter_mut()) {
-            *ok = fits(f, pf_attn_smem(d));
-        }
+        let mut attn_fits = [[false; 4]; 3];
+        let attn = attn_kernels(module, &mut attn_fits)?;
         let index_score = [get("pf_index_score_d64")?, get("pf_index_score_d128")?];
         for (f, d) in index_score.iter().zip(PF_INDEX_DIMS) {
             opt_in_smem(f, pf_index_smem(d))?;
@@ -378,7 +425,9 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_block() {
-        assert!(pf_attn_smem(512) <= 227 * 1024);
+        for k in 0..PF_ATTN_KINDS.len() {
+            assert!(pf_attn_smem(k, 512) <= 227 * 1024);
+        }
         assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
         assert!(pf_wgmma_smem(6) <= 227 * 1024);
         assert!(pf_index_smem(128) <= 227 * 1024);

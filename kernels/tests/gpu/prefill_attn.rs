@@ -3,7 +3,9 @@
 //! the compressor state, odd lengths, single-token segments.
 use dsv4_kernels::attn::{CompressHead, CompressTail, IndexScoreCore};
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::prefill::{PfAttn, PfCompress, PfIndexScore, PfRing};
+use dsv4_kernels::prefill::{
+    PfAttn, PfCompress, PfIndexScore, PfRing, PF_ATTN_DIMS, PF_ATTN_KINDS,
+};
 use dsv4_kernels::reference::prefill::{
     compress_decode, index_scores, rmsnorm_f32, sparse_attention, CompShape, PfAttnShape, PfRows,
 };
@@ -103,8 +105,7 @@ fn attn_case(
         upload(g, &rows.pos0),
     );
     let (dsel, dsink, dfreq) = (upload(g, &sel), upload(g, &sink), upload(g, &freqs));
-    let out: CudaSlice<u16> = upload(g, &vec![0xffffu16; n * h * d]);
-    let p = PfAttn {
+    let mut p = PfAttn {
         q: dp(g, &dq),
         kv: dp(g, &dkv),
         ring: dp(g, &dring),
@@ -116,7 +117,7 @@ fn attn_case(
         pos0: dp(g, &dp0),
         sink: dp(g, &dsink),
         freqs: dp(g, &dfreq),
-        out: dp(g, &out),
+        out: 0,
         heads: h as i32,
         dim: d as i32,
         window: sh.window as i32,
@@ -128,22 +129,29 @@ fn attn_case(
         rows: n as i32,
         scale: sh.scale,
     };
-    // SAFETY: every buffer above has the extents prefill_attn.cu documents for n rows and these shapes.
-    unsafe { g.launch_pf_attn(&g.stream, &p) }.expect("launch");
-    let got = to_f32(&download(g, &out));
-    // P is f32-accurate (hi + lo bf16 parts); the output is rounded to bf16 (half an ulp: 2^-9 relative).
-    let (worst, at) = worst_ratio(&got, &want, |i| 1e-3 + want[i].abs() * 2f32.powi(-8));
-    let rel = rel_l2(&got, &want);
-    println!(
-        "pf_attn heads {h} dim {d} ratio {} csa {csa} rows {n}: rel_l2 {rel:.2e}, worst/bound {worst:.3} at {at}",
-        sh.ratio
-    );
-    assert!(
-        worst <= 1.0 && rel < 1e-2,
-        "element {at}: got {} want {}",
-        got[at],
-        want[at]
-    );
+    // Every kernel kind the device can run, each into a fresh NaN-filled output.
+    let di = PF_ATTN_DIMS.iter().position(|&x| x == d).expect("dim");
+    for kind in (0..PF_ATTN_KINDS.len()).filter(|&k| g.kernels.prefill.attn_fits[k][di]) {
+        let out: CudaSlice<u16> = upload(g, &vec![0xffffu16; n * h * d]);
+        p.out = dp(g, &out);
+        // SAFETY: every buffer above has the extents prefill_attn.cu documents for n rows and these shapes.
+        unsafe { g.launch_pf_attn_kind(&g.stream, kind, &p) }.expect("launch");
+        let got = to_f32(&download(g, &out));
+        // P is f32-accurate (hi + lo bf16 parts); the output is rounded to bf16 (half an ulp: 2^-9 relative).
+        let (worst, at) = worst_ratio(&got, &want, |i| 1e-3 + want[i].abs() * 2f32.powi(-8));
+        let rel = rel_l2(&got, &want);
+        let name = PF_ATTN_KINDS[kind];
+        println!(
+            "{name} heads {h} dim {d} ratio {} csa {csa} rows {n}: rel_l2 {rel:.2e}, worst/bound {worst:.3} at {at}",
+            sh.ratio
+        );
+        assert!(
+            worst <= 1.0 && rel < 1e-2,
+            "{name} element {at}: got {} want {}",
+            got[at],
+            want[at]
+        );
+    }
 }
 
 fn shape(
@@ -184,6 +192,16 @@ fn pf_attention_matches_reference() {
     );
     attn_case(&g, 5, shape(70, 64, 8, 40, 8, 2), &[(1, 7, 19)], false);
     attn_case(&g, 6, shape(16, 256, 128, 4, 8, 4), &[(0, 250, 70)], false);
+    // The real window (128) and head count: rows crossing the window edge (positions 100..169, the ring
+    // holding 0..99), key counts that are no multiple of the 32-key tile (128 + 37 selected; 128 + 1 HCA).
+    let real = |ratio, cap, k| PfAttnShape {
+        window: 128,
+        rdim: 64,
+        ..shape(64, 512, ratio, cap, k, 8)
+    };
+    attn_case(&g, 7, real(4, 64, 37), &[(0, 100, 70), (1, 0, 3)], true);
+    attn_case(&g, 8, real(128, 2, 8), &[(1, 120, 50)], false);
+    attn_case(&g, 9, real(0, 0, 8), &[(0, 126, 5), (2, 0, 130)], false);
 }
 
 #[test]
