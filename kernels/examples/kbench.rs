@@ -1,7 +1,8 @@
 //! Times each kernel at the model's real sizes with CUDA events and prints achieved GB/s next to a
 //! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`
 //! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf;
-//! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs).
+//! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs; `kbench hc [M,..]`: the
+//! prefill's mHC launches, kbench_pf/hc.rs).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -11,6 +12,8 @@ use dsv4_kernels::{
     GEMV_ROW_TILE,
 };
 
+#[path = "kbench_pf/hc.rs"]
+mod hc;
 #[path = "kbench_pf/mod.rs"]
 mod pf;
 #[path = "kbench_pf/experts.rs"]
@@ -398,6 +401,14 @@ fn main() -> R<()> {
             None => vec![1024, 8192],
         };
         return pfexp::bench(&g, &rows);
+    }
+    // `kbench hc [M,M..]`: the prefill's mHC launches (default M = 1024, 8192), see kbench_pf/hc.rs.
+    if std::env::args().nth(1).is_some_and(|a| a == "hc") {
+        let rows: Vec<usize> = match std::env::args().nth(2) {
+            Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            None => vec![1024, 8192],
+        };
+        return hc::bench(&g, &rows);
     }
     let copy = copy_gbs(&g)?;
     println!("device-to-device copy: {copy:.0} GB/s (read + write)\n");
