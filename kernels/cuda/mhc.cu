@@ -26,6 +26,8 @@
 //          partial outputs, fusing the MoE sum into the residual update. For callers without the
 //          scratch copy (prefill, the split runner's tensor mode) or no HCPre after (a layer rank's last block).
 //          embed_streams: grid rows, block 256, 16-byte copies.
+//          Calls of many rows (batched prefill, from 256 rows: ops::mhc tile_min) use mhc_wide.cu's forms of the
+//          unfused block-mixer HCPre and of hc_post instead (the same bits).
 // Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
 //          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
 //          Sinkhorn in one thread: 52 us. v2 (this): fn in registers, warp-parallel partial sums and Sinkhorn.

@@ -15,10 +15,10 @@
 //          as chunk l of an L-chunk workspace; hc_finish's sum of it (0 + t_l, then the butterfly) is the old one.
 //          x lives in shared memory with 8-byte group g of tile row t at slot g ^ (t & 31): a warp's 32 rows read
 //          one group conflict-free; fn is read as warp-wide broadcasts.
-// hc_finish24_wide: hc_finish24 (mhc_finish.cu) for many rows: 3 blocks per SM instead of 2 (launch bounds), the
-//          row's streams loaded with 16-byte loads at the start (beside the partial sums' loads) instead of 64
-//          scalar loads after them; the sum of squares is then taken from av over hc_finish24's columns per
-//          thread (i, i + 256, ...) in its order. No copy-back (callers with a fused HCPost use hc_finish24).
+// hc_finish24_wide: hc_finish24 (mhc_finish.cu) for many rows: 4 blocks per SM instead of 2 (launch bounds: 56
+//          registers), the collapse from 16-byte loads (8 per thread, after the L1 prefetch) instead of 64 scalar
+//          ones; the sum of squares is then taken from av over hc_finish24's columns per thread (i, i + 256, ...)
+//          in its order. No copy-back (callers with a fused HCPost use hc_finish24).
 // hc_post8: hc_post with 16-byte loads and stores: grid (rows, ceil(D / 2048)), block 256, 8 columns per thread.
 // Constraints: as mhc.cu (n = 4, D % 8 == 0, D <= MHC_MAX_D); M = 24 only (the head's single call keeps mhc.cu's).
 #include "common.cuh"
@@ -91,28 +91,25 @@ __device__ __forceinline__ void mhc_tile_leaves8(const u16* const (&xs)[2], int 
 }
 
 // One chunk's sums c (the butterfly over its 32 lanes) for the thread's 2 rows, added to t (t += c, chunk order).
+// The 8-leaf blocks a = 0..3 pair as the xor 2 and xor 1 steps do, (a 0 + a 1) + (a 2 + a 3): a loop trip takes a
+// pair (a = 2 a2, 2 a2 + 1; one 8-leaf block per trip spent ~15% more instructions on moves and predicated copies).
 template <bool SS>
 __device__ __forceinline__ void mhc_tile_chunk(const u16* const (&xs)[2], int lane, const float* fs,
                                                float (&t)[2][MHC_TILE_NM + 1]) {
     constexpr int NA = MHC_TILE_NM + (SS ? 1 : 0);
-    float s8[2][MHC_TILE_NM + 1], s16[2][MHC_TILE_NM + 1];
+    float s16[2][MHC_TILE_NM + 1];
 #pragma unroll 1
-    for (int a = 0; a < 4; ++a) {
-        const int ga = ((a & 1) << 1) | (a >> 1);  // lanes 8a..8a+7 of the bit-reversed order: rev3(b) * 4 + ga
-        float v[2][MHC_TILE_NM + 1];
-        mhc_tile_leaves8<SS>(xs, ga ^ lane, fs + ga * 4, v);
-        // The 8-leaf partials pair as the xor 2 and xor 1 steps do: (a 0 + a 1) + (a 2 + a 3).
+    for (int a2 = 0; a2 < 2; ++a2) {
+        float v0[2][MHC_TILE_NM + 1], v1[2][MHC_TILE_NM + 1];
+        mhc_tile_leaves8<SS>(xs, a2 ^ lane, fs + a2 * 4, v0);              // a = 2 a2: ga = bitrev2(a) = a2
+        mhc_tile_leaves8<SS>(xs, (2 + a2) ^ lane, fs + (2 + a2) * 4, v1);  // a = 2 a2 + 1: ga = 2 + a2
 #pragma unroll
         for (int r = 0; r < 2; ++r)
 #pragma unroll
             for (int i = 0; i < NA; ++i) {
-                if (a == 0 || a == 2) {
-                    s8[r][i] = v[r][i];
-                } else if (a == 1) {
-                    s16[r][i] = s8[r][i] + v[r][i];
-                } else {
-                    t[r][i] += s16[r][i] + (s8[r][i] + v[r][i]);
-                }
+                const float p = v0[r][i] + v1[r][i];
+                if (a2 == 0) s16[r][i] = p;
+                else t[r][i] += s16[r][i] + p;
             }
     }
 }
@@ -171,7 +168,7 @@ __device__ __forceinline__ void mhc_unpack8(uint4 v, float* f) {
     mhc_unpack4(make_uint2(v.z, v.w), f + 4);
 }
 
-// The thread's first round of 16-byte collapse loads (pieces i, i + 256 of each stream; zeros past the row).
+// A round of the thread's 16-byte collapse loads (pieces v0 + i, v0 + i + 256 of each stream; zeros past the row).
 __device__ __forceinline__ void mhc_wide_load(const u16* __restrict__ xr, int D, int v0, uint4 (&w)[2][MHC_N]) {
 #pragma unroll
     for (int u = 0; u < 2; ++u)
@@ -182,12 +179,12 @@ __device__ __forceinline__ void mhc_wide_load(const u16* __restrict__ xr, int D,
         }
 }
 
-// mhc_collapse from 16-byte loads (w: the first round, already loaded): av gets every column, then the thread's sum
-// of squares over mhc_collapse's columns (i, i + 256, ... in that order) from av.
-__device__ __forceinline__ float mhc_collapse_wide(const u16* __restrict__ xr, int D, const float* pre, float* av,
-                                                   uint4 (&w)[2][MHC_N]) {
+// mhc_collapse from 16-byte loads: av gets every column, then the thread's sum of squares over mhc_collapse's
+// columns (i, i + 256, ... in that order) from av.
+__device__ __forceinline__ float mhc_collapse_wide(const u16* __restrict__ xr, int D, const float* pre, float* av) {
     for (int v0 = 0; v0 < (D >> 3); v0 += 512) {
-        if (v0 > 0) mhc_wide_load(xr, D, v0, w);
+        uint4 w[2][MHC_N];
+        mhc_wide_load(xr, D, v0, w);
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
             const int v = v0 + threadIdx.x + 256 * u;
@@ -211,7 +208,7 @@ __device__ __forceinline__ float mhc_collapse_wide(const u16* __restrict__ xr, i
     return ss;
 }
 
-extern "C" __global__ void __launch_bounds__(288, 3)
+extern "C" __global__ void __launch_bounds__(288, 4)
     hc_finish24_wide(const u16* X, const float* ws, int chunks, int rows, int D, const float* scale,
                      const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix, u16* y,
                      u16* yq, int yq_bf16, u16* xcopy) {
@@ -223,10 +220,11 @@ extern "C" __global__ void __launch_bounds__(288, 3)
     __shared__ __align__(16) float av[MHC_MAX_D];
     const int row = blockIdx.x, warp = threadIdx.x >> 5, nd = MHC_N * D;
     const u16* xr = X + (u64)row * nd;
-    uint4 w[2][MHC_N];
     float s0 = 0.f, bj[MHC_N];
+    // The row's streams into L1 beside the partial sums' loads (loading them into registers here took 72
+    // registers, 3 blocks per SM: HCPre 2-3% slower at 8192 rows).
+    prefetch_l1(xr, nd * 2);
     if (warp < MHC_FIN_WARPS) {
-        mhc_wide_load(xr, D, 0, w);
         s0 = scale[0];
 #pragma unroll
         for (int j = 0; j < MHC_N; ++j) bj[j] = base[j];
@@ -241,7 +239,7 @@ extern "C" __global__ void __launch_bounds__(288, 3)
     }
     float pre[MHC_N];
     mhc_pre_coefs(sred, rho, s0, bj, hc_eps, pre);
-    const float ss = mhc_collapse_wide(xr, D, pre, av, w);
+    const float ss = mhc_collapse_wide(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);
     if (yq) mhc_store_yq(norm_w, av, inv, D, yq_bf16, yq + (u64)row * D);
     mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
