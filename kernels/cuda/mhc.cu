@@ -26,6 +26,8 @@
 //          partial outputs, fusing the MoE sum into the residual update. For callers without the
 //          scratch copy (prefill, the split runner's tensor mode) or no HCPre after (a layer rank's last block).
 //          embed_streams: grid rows, block 256, 16-byte copies.
+//          Calls of many rows (batched prefill, from 256 rows: ops::mhc tile_min) use mhc_wide.cu's forms of the
+//          unfused block-mixer HCPre and of hc_post instead (the same bits).
 // Variants (H200, D = 4096, batch 1, per mixer, inside a 43-layer step): v1 staged fn in shared memory per
 //          256-column block and 8-row group, summed partials with 25 threads looping over chunks and ran
 //          Sinkhorn in one thread: 52 us. v2 (this): fn in registers, warp-parallel partial sums and Sinkhorn.
@@ -161,6 +163,18 @@ __device__ __forceinline__ uint2 mhc_row_load(const u16* __restrict__ X, bool va
     return v;
 }
 
+
+// A lane's 4-column dot with fn and its sum of squares for hc_mix_tile24 (mhc_wide.cu), the multiply-adds spelled
+// out as nvcc compiles mhc_row_sums' plain expressions in the instances for 8+ rows (hc_mix_partial24_mg1,
+// hc_post_mix24_mg1: the PTX has fma(f.x, x0, f.y x1), then x2, x3; the squares fma(x1, x1, x0 x0), then x2, x3),
+// so the tiled prefill forms their bits. (The MG > 1 instances select between the two per slot and contract the
+// squares the other way round; mhc_row_sums keeps its expressions so that decode's bits stay as they were.)
+__device__ __forceinline__ float mhc_dot4(float4 f, const float* x) {
+    return __fmaf_rn(f.w, x[3], __fmaf_rn(f.z, x[2], __fmaf_rn(f.x, x[0], __fmul_rn(f.y, x[1]))));
+}
+__device__ __forceinline__ float mhc_sq4(const float* x) {
+    return __fmaf_rn(x[3], x[3], __fmaf_rn(x[2], x[2], __fmaf_rn(x[1], x[1], __fmul_rn(x[0], x[0]))));
+}
 
 // The row's sums at the lane's 4 values: its I mixes' dots (the one past M: the sum of squares), reduced
 // over the warp and stored by lane 0 to out[mg + MG i] (<= M).

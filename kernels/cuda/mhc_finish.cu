@@ -134,6 +134,26 @@ __device__ __forceinline__ void mhc_copy_store(const u16* __restrict__ src, u16*
     }
 }
 
+// One column of the collapse, a = bf16(sum_j pre_j x_j) as f32, and a sum of squares' step, spelled out as nvcc
+// compiled the plain expressions (a chain of fmas from 0): shared with hc_finish24_wide (mhc_wide.cu).
+__device__ __forceinline__ float mhc_collapse_col(const float* pre, const float* x) {
+    float a = 0.f;
+#pragma unroll
+    for (int j = 0; j < MHC_N; ++j) a = __fmaf_rn(pre[j], x[j], a);
+    return bf16_to_f32(f32_to_bf16(a));
+}
+__device__ __forceinline__ float mhc_sq_add(float ss, float af) { return __fmaf_rn(af, af, ss); }
+
+// rho = (mean(x^2) + eps)^-1/2 of the row and the 4 pre coefficients (warps 0-7 hold s0 and bj).
+__device__ __forceinline__ float mhc_rho(const float* sred, int m, int nd, float eps) {
+    return 1.f / sqrtf(sred[m] / (float)nd + eps);
+}
+__device__ __forceinline__ void mhc_pre_coefs(const float* sred, float rho, float s0, const float* bj, float hc_eps,
+                                              float* pre) {
+#pragma unroll
+    for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * s0 + bj[j]) + hc_eps;
+}
+
 // a = bf16(sum_j pre_j x_j) at the thread's columns c = tid, tid + 256, ... into av; returns the thread's sum of
 // squares, added in column order.
 __device__ __forceinline__ float mhc_collapse(const u16* __restrict__ xr, int D, const float* pre, float* av) {
@@ -151,11 +171,11 @@ __device__ __forceinline__ float mhc_collapse(const u16* __restrict__ xr, int D,
         for (int u = 0; u < MHC_COL_U; ++u) {
             const int c = c0 + 256 * u;
             if (c >= D) continue;
-            float a = 0.f;
+            float x[MHC_N];
 #pragma unroll
-            for (int j = 0; j < MHC_N; ++j) a += pre[j] * bf16_to_f32(raw[u][j]);
-            const float af = bf16_to_f32(f32_to_bf16(a));
-            ss += af * af;
+            for (int j = 0; j < MHC_N; ++j) x[j] = bf16_to_f32(raw[u][j]);
+            const float af = mhc_collapse_col(pre, x);
+            ss = mhc_sq_add(ss, af);
             av[c] = af;
         }
     }
@@ -239,14 +259,13 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     mhc_partial_sums<M>(ws, chunks, rows, row, sred);
     if (xcopy) mhc_copy_store(xr, xcopy + (u64)row * nd, nd, cp);
     __syncthreads();
-    const float rho = 1.f / sqrtf(sred[M] / (float)nd + eps);
+    const float rho = mhc_rho(sred, M, nd, eps);
     if (warp == MHC_FIN_WARPS) {
         if (M == MHC_MIX) mhc_post_comb(sred, rho, scale, base, hc_eps, iters, mix + (u64)row * MHC_MIX);
         return;
     }
     float pre[MHC_N];
-#pragma unroll
-    for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * s0 + bj[j]) + hc_eps;
+    mhc_pre_coefs(sred, rho, s0, bj, hc_eps, pre);
     const float ss = mhc_collapse(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
     if (yq) mhc_store_yq(norm_w, av, inv, D, yq_bf16, yq + (u64)row * D);

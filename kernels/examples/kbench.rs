@@ -2,7 +2,8 @@
 //! device-to-device copy measured in the same run. `cargo run --release -p dsv4-kernels --example kbench`
 //! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf;
 //! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs; `kbench pfattn [M,..]`: the
-//! prefill attention kernels, kbench_pf/attn.rs).
+//! prefill attention kernels, kbench_pf/attn.rs; `kbench hc [M,..]`: the prefill's mHC launches,
+//! kbench_pf/hc.rs).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -12,6 +13,8 @@ use dsv4_kernels::{
     GEMV_ROW_TILE,
 };
 
+#[path = "kbench_pf/hc.rs"]
+mod hc;
 #[path = "kbench_pf/mod.rs"]
 mod pf;
 #[path = "kbench_pf/attn.rs"]
@@ -403,16 +406,18 @@ fn main() -> R<()> {
         return pfexp::bench(&g, &rows);
     }
     // `kbench pfattn [M,M..]`: the prefill attention kernels (default 1024, 8192); `pfattn-once M`: one launch.
+    // `kbench hc [M,M..]`: the prefill's mHC launches (default M = 1024, 8192), see kbench_pf/hc.rs.
     let arg = |i| std::env::args().nth(i);
+    let rows_arg = || -> R<Vec<usize>> {
+        Ok(match arg(2) {
+            Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+            None => vec![1024, 8192],
+        })
+    };
     match arg(1).as_deref() {
-        Some("pfattn") => {
-            let rows: Vec<usize> = match arg(2) {
-                Some(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
-                None => vec![1024, 8192],
-            };
-            return pfattn::bench(&g, &rows);
-        }
+        Some("pfattn") => return pfattn::bench(&g, &rows_arg()?),
         Some("pfattn-once") => return pfattn::once(&g, arg(2).unwrap_or_default().parse()?),
+        Some("hc") => return hc::bench(&g, &rows_arg()?),
         _ => {}
     }
     let copy = copy_gbs(&g)?;

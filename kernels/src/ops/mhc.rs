@@ -1,5 +1,7 @@
 //! mHC launchers (see cuda/mhc.cu): embedding into streams, HCPre/HCHead fused with the following RMSNorm
 //! (and optionally with the previous mixer's HCPost), HCPost (optionally fused with the MoE output sum).
+use std::sync::OnceLock;
+
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 use half::bf16;
 
@@ -17,6 +19,25 @@ pub const HC_MIX: usize = 24;
 const CHUNK: usize = 128;
 /// Widest row hc_finish keeps in shared memory (cuda MHC_MAX_D).
 const FINISH_MAX_D: usize = 8192;
+/// Rows per hc_mix_tile24 block (cuda MHC_TILE_ROWS) and its dynamic shared memory (cuda MHC_TILE_SMEM).
+const TILE_ROWS: usize = 128;
+pub(crate) const TILE_SMEM: usize = 2 * (TILE_ROWS * CHUNK * 2 + HC_MIX * CHUNK * 4);
+/// Chunk lanes of the tiled partial sums: hc_mix_tile24 writes lane l's chunks l, l + 32, ... already summed.
+const TILE_LANES: usize = 32;
+/// Rows from which a block mixer's HCPre without a fused HCPost and an HCPost use the kernels for many rows
+/// (mhc_wide.cu; the same bits). Below, the decode kernels (a batch of at most 64 rows) are the faster.
+const TILE_MIN_DEFAULT: usize = 256;
+
+/// `DSV4_HC_TILE_MIN` overrides [`TILE_MIN_DEFAULT`] (A/B runs: a huge value keeps the decode kernels).
+fn tile_min() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("DSV4_HC_TILE_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(TILE_MIN_DEFAULT)
+    })
+}
 
 /// One HCPre (block mixer, `head == false`) or HCHead (`head == true`) plus RMSNorm.
 #[derive(Debug, Clone, Copy)]
@@ -191,25 +212,44 @@ impl GpuContext {
             None => MhcPost::default(),
         };
         let kernels = &self.kernels.runner;
-        let partial = match fused {
-            true => &kernels.hc_post_mix[which][mix_groups(rows)],
-            false => &kernels.hc_mix_partial[which][mix_groups(rows)],
+        let tiled = !fused && !p.head && rows >= tile_min();
+        let lanes = p.chunks().min(TILE_LANES);
+        let ci = match tiled {
+            true => int(NAME, "chunks", lanes)?,
+            false => ci,
         };
-        let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, p.chunks())?, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut l = Args::new();
-        l.arg(&xp)
-            .arg(&fp)
-            .arg(&wsp)
-            .arg(&ri)
-            .arg(&di)
-            .arg(&post_args);
-        // SAFETY: hc_{mix_partial,post_mix}M_mgG(X, fn, ws, rows, D, post); X holds rows*4D, fn M*4D, ws
-        // chunks*rows*(M+1); post's buffers were checked by post_args (all null without a fused HCPost).
-        unsafe { self.launch_k(stream, partial, cfg, &mut l) }?;
+        if tiled {
+            let cfg = LaunchConfig {
+                grid_dim: (grid(NAME, lanes)?, grid(NAME, rows.div_ceil(TILE_ROWS))?, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: TILE_SMEM as u32,
+            };
+            let mut l = Args::new();
+            l.arg(&xp).arg(&fp).arg(&wsp).arg(&ri).arg(&di);
+            // SAFETY: hc_mix_tile24(X, fn, ws, rows, D); X holds rows*4D, fn 24*4D, ws chunks*rows*25 (it writes
+            // min(chunks, 32)*rows*25).
+            unsafe { self.launch_k(stream, &kernels.hc_wide.tile, cfg, &mut l) }?;
+        } else {
+            let partial = match fused {
+                true => &kernels.hc_post_mix[which][mix_groups(rows)],
+                false => &kernels.hc_mix_partial[which][mix_groups(rows)],
+            };
+            let cfg = LaunchConfig {
+                grid_dim: (grid(NAME, p.chunks())?, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut l = Args::new();
+            l.arg(&xp)
+                .arg(&fp)
+                .arg(&wsp)
+                .arg(&ri)
+                .arg(&di)
+                .arg(&post_args);
+            // SAFETY: hc_{mix_partial,post_mix}M_mgG(X, fn, ws, rows, D, post); X holds rows*4D, fn M*4D, ws
+            // chunks*rows*(M+1); post's buffers were checked by post_args (all null without a fused HCPost).
+            unsafe { self.launch_k(stream, partial, cfg, &mut l) }?;
+        }
         let (sp, bp, np) = (ptr(scale, stream), ptr(base, stream), ptr(norm_w, stream));
         let yp = ptr_mut(y, stream);
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
@@ -241,9 +281,14 @@ impl GpuContext {
             .arg(&qp)
             .arg(&yq_bf16)
             .arg(&x_copy);
-        // SAFETY: hc_finishM(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq,
-        // yq_bf16, xcopy); every buffer was checked above (yq null: no quantised copy; xcopy null: none).
-        unsafe { self.launch_k(stream, &kernels.hc_finish[which], cfg, &mut l) }?;
+        let finish = match tiled {
+            true => &kernels.hc_wide.finish,
+            false => &kernels.hc_finish[which],
+        };
+        // SAFETY: hc_finish{M,24_wide}(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y,
+        // yq, yq_bf16, xcopy); every buffer was checked above (yq null: no quantised copy; xcopy null: none,
+        // always so for the wide form, which tiled excludes from fused calls).
+        unsafe { self.launch_k(stream, finish, cfg, &mut l) }?;
         Ok(())
     }
 
@@ -304,17 +349,22 @@ impl GpuContext {
             || "hc_post: x or mix too short".into(),
         )?;
         let (xp, mp) = (ptr_mut(x, stream), ptr(mix, stream));
+        // hc_post8 takes 8 columns per thread.
+        let (kernel, cols) = match rows >= tile_min() {
+            true => (&self.kernels.runner.hc_wide.post, 256 * 8),
+            false => (&self.kernels.runner.hc_post, 256),
+        };
         let cfg = LaunchConfig {
-            grid_dim: (grid(NAME, rows)?, grid(NAME, d.div_ceil(256))?, 1),
+            grid_dim: (grid(NAME, rows)?, grid(NAME, d.div_ceil(cols))?, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();
         l.arg(&xp).arg(&mp).arg(&f[0]).arg(&f[1]).arg(&f[2]);
         l.arg(&di).arg(&topk).arg(&mode);
-        // SAFETY: hc_post(X, mix, f_bf16, ys, ysh, D, topk, mode); X and mix checked here, the f source of
+        // SAFETY: hc_post{,8}(X, mix, f_bf16, ys, ysh, D, topk, mode); X and mix checked here, the f source of
         // the mode by the caller; the unused pointers are null and never read.
-        unsafe { self.launch_k(stream, &self.kernels.runner.hc_post, cfg, &mut l) }?;
+        unsafe { self.launch_k(stream, kernel, cfg, &mut l) }?;
         Ok(())
     }
 }

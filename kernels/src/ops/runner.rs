@@ -1,6 +1,7 @@
 //! The model runner's kernels (mhc.cu, moe_route.cu, sample*.cu, synth.cu), resolved once.
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUfunction_attribute;
 use cudarc::driver::{CudaFunction, CudaModule};
 
 use crate::error::Result;
@@ -17,6 +18,8 @@ pub struct RunnerKernels {
     /// hc_finish24, hc_finish4.
     pub hc_finish: [CudaFunction; 2],
     pub hc_post: CudaFunction,
+    /// The prefill forms (mhc_wide.cu): hc_mix_tile24, hc_finish24_wide, hc_post8.
+    pub hc_wide: HcWideKernels,
     pub moe_route: CudaFunction,
     /// moe_route + moe_group in one launch (ops::moe_route).
     pub moe_route_group: CudaFunction,
@@ -27,9 +30,24 @@ pub struct RunnerKernels {
     pub synth_fill: CudaFunction,
 }
 
+/// mHC kernels for calls of many rows (see ops::mhc `tile_min`).
+#[derive(Debug, Clone)]
+pub struct HcWideKernels {
+    pub tile: CudaFunction,
+    pub finish: CudaFunction,
+    pub post: CudaFunction,
+}
+
 impl RunnerKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let get = |name: &'static str| super::kernel(module, name);
+        let tile = get("hc_mix_tile24")?;
+        super::opt_in_smem(&tile, super::mhc::TILE_SMEM)?;
+        // Two 88 KB blocks per SM: ask for the largest shared-memory carveout.
+        tile.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            100,
+        )?;
         Ok(RunnerKernels {
             embed_streams: get("embed_streams")?,
             hc_mix_partial: [
@@ -62,6 +80,11 @@ impl RunnerKernels {
             ],
             hc_finish: [get("hc_finish24")?, get("hc_finish4")?],
             hc_post: get("hc_post")?,
+            hc_wide: HcWideKernels {
+                tile,
+                finish: get("hc_finish24_wide")?,
+                post: get("hc_post8")?,
+            },
             moe_route: get("moe_route")?,
             moe_route_group: get("moe_route_group")?,
             moe_swiglu: get("moe_swiglu")?,

@@ -12,9 +12,15 @@ use crate::common::*;
 
 /// Routed experts per row: more than the fused kernel's batch of 8 loads, so it takes two batches.
 const TOPK: usize = 10;
-/// Rows and D: rows 1 / 3 / 17 / 64 (every mix-group split), 65 / 300 / 1100 (a prefill call's row loop with
-/// its prefetches past the last row), D a multiple of 32, of 8 only, and 4096.
-const SHAPES: [(usize, usize); 10] = [
+/// Rows and D: rows 1 / 3 / 17 / 64 (every mix-group split), 65 (a prefill call's row loop with its prefetches
+/// past the last row), 300 / 1100 / 8192 (from 256 rows, HCPre without a fused HCPost and HCPost take the
+/// many-row kernels of mhc_wide.cu: a partial last row tile, chunk lanes with 1 to 4 chunks or a partial last
+/// chunk; the fused call keeps the decode kernels, so fused against unfused compares the two forms' bits), D a
+/// multiple of 32, of 8 only, and 4096.
+const SHAPES: [(usize, usize); 13] = [
+    (300, 4096),
+    (1100, 1160),
+    (8192, 72),
     (65, 264),
     (300, 200),
     (1100, 72),
