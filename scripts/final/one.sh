@@ -8,7 +8,7 @@ tar xJf .device-bin/final/bins.tar.xz -C $B
 tar xJf .device-bin/final/tinyv4.tar.xz -C /tmp/v4
 export DSV4_GOLDEN_V4=/tmp/v4/tiny-v4
 nvidia-smi -L
-timeout 300 bash .device-bin/final/tests.sh $B > $OUT/tests.log 2>&1
+timeout 480 bash .device-bin/final/tests.sh $B > $OUT/tests.log 2>&1
 grep -E "===|test result|FAILED|panicked|rc=" $OUT/tests.log
 timeout 200 $B/dsv4 bench --profile --steps 15 --json $OUT/bench.json > $OUT/bench.txt 2>&1
 echo "bench rc=$?"

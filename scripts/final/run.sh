@@ -9,7 +9,7 @@ tar xJf .device-bin/final/bins.tar.xz -C $B
 tar xJf .device-bin/final/tinyv4.tar.xz -C /tmp/v4
 export DSV4_GOLDEN_V4=/tmp/v4/tiny-v4
 nvidia-smi -L
-( CUDA_VISIBLE_DEVICES=1 timeout 230 bash .device-bin/final/tests.sh $B > $OUT/tests.log 2>&1 ) &
+( CUDA_VISIBLE_DEVICES=1 timeout 420 bash .device-bin/final/tests.sh $B > $OUT/tests.log 2>&1 ) &
 TP=$!
 CUDA_VISIBLE_DEVICES=0 timeout 180 $B/dsv4 bench --profile --steps 15 --json $OUT/bench.json > $OUT/bench.txt 2>&1
 echo "bench rc=$?"
