@@ -186,7 +186,15 @@ fn gpu() -> Option<GpuContext> {
     Some(GpuContext::new(0).expect("context"))
 }
 
-fn run_launch(ctx: &GpuContext, shapes: &[Shape], rows: usize, seed: usize, kind: VecPrepKernel) {
+/// One launch of `shapes` over `rows` rows on `kind`, finished: the jobs (outputs still on the device), the
+/// rows' positions and their ring slots.
+fn launch(
+    ctx: &GpuContext,
+    shapes: &[Shape],
+    rows: usize,
+    seed: usize,
+    kind: VecPrepKernel,
+) -> (Vec<Job>, Vec<i32>, Vec<i32>) {
     let s = &ctx.stream;
     // Distinct ring rows per slot: each row its own slot (positions may collide modulo the window).
     let slots: Vec<i32> = (0..rows as i32).collect();
@@ -209,6 +217,12 @@ fn run_launch(ctx: &GpuContext, shapes: &[Shape], rows: usize, seed: usize, kind
     // SAFETY: each job's x holds rows x nvec x dim f32, out its rows x nvec x dim (or slots x window x dim)
     // bf16, freqs rdim/2 f32, norm_w dim f32; positions and slots hold `rows` ints.
     unsafe { ctx.launch_attn_vec_prep_on(s, rows, &p, kind) }.expect("launch");
+    s.synchronize().expect("sync");
+    (jobs, positions, slots)
+}
+
+fn run_launch(ctx: &GpuContext, shapes: &[Shape], rows: usize, seed: usize, kind: VecPrepKernel) {
+    let (jobs, positions, slots) = launch(ctx, shapes, rows, seed, kind);
     for j in &jobs {
         let (flips, quantised) = check(ctx, j, rows, &positions, &slots);
         println!(
@@ -280,27 +294,10 @@ fn outputs(
     seed: usize,
     kind: VecPrepKernel,
 ) -> Vec<Vec<u16>> {
-    let s = &ctx.stream;
-    let slots: Vec<i32> = (0..rows as i32).collect();
-    let positions: Vec<i32> = (0..rows)
-        .map(|r| ((rnd(r, seed + 7).abs() * 70_000.0) as i32) + r as i32)
-        .collect();
-    let pos_dev = s.clone_htod(&positions).expect("htod");
-    let slot_dev = s.clone_htod(&slots).expect("htod");
-    let mut jobs: Vec<Job> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &sh)| job(ctx, sh, rows, rows, seed + 10 * i))
-        .collect();
-    let p: Vec<(usize, AttnVecPrep)> = jobs
-        .iter_mut()
-        .map(|j| (j.sh.nvec, params(ctx, j, &pos_dev, &slot_dev)))
-        .collect();
-    // SAFETY: as in run_launch.
-    unsafe { ctx.launch_attn_vec_prep_on(s, rows, &p, kind) }.expect("launch");
+    let (jobs, _, _) = launch(ctx, shapes, rows, seed, kind);
     jobs.iter()
         .map(|j| {
-            let got = s.clone_dtoh(&j.out).expect("dtoh");
+            let got = ctx.stream.clone_dtoh(&j.out).expect("dtoh");
             got.iter().map(|b| b.to_bits()).collect()
         })
         .collect()
