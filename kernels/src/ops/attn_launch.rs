@@ -42,14 +42,14 @@ fn pos_i32(what: &'static str, v: i32) -> Result<()> {
 }
 
 impl GpuContext {
-    /// A row preparation (attn_prep.cu). Launches of at least [`VEC_PREP_WIDE_MIN_ROWS`] rows without a norm
+    /// A row preparation (attn_prep.cu). Launches of at least [`PREP_WIDE_MIN_ROWS`] rows without a norm
     /// whose 128-value quant blocks (or none) stay inside a group take attn_row_quant (a warp per block of 128
     /// values; the same bits), the others attn_row_prep.
     ///
     /// # Safety
     /// `p.x` holds `groups*rows*width` values, `p.out` `rows*groups*width` bf16, `p.norm_w` (if set) the row.
     pub unsafe fn launch_attn_row_prep(&self, s: &CudaStream, p: &AttnRowPrep) -> Result<()> {
-        let wide = p.rows as usize >= VEC_PREP_WIDE_MIN_ROWS;
+        let wide = p.rows as usize >= PREP_WIDE_MIN_ROWS;
         // SAFETY: caller's contract.
         unsafe { self.launch_attn_row_prep_on(s, p, wide) }
     }
@@ -91,7 +91,7 @@ impl GpuContext {
     }
 
     /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters). Launches of
-    /// fewer than [`VEC_PREP_WIDE_MIN_ROWS`] rows take the block-per-vector kernel, the others the
+    /// fewer than [`PREP_WIDE_MIN_ROWS`] rows take the block-per-vector kernel, the others the
     /// warp-per-vector one (the same bits).
     ///
     /// # Safety
@@ -103,7 +103,7 @@ impl GpuContext {
         rows: usize,
         jobs: &[(usize, AttnVecPrep)],
     ) -> Result<()> {
-        let kind = if rows >= VEC_PREP_WIDE_MIN_ROWS {
+        let kind = if rows >= PREP_WIDE_MIN_ROWS {
             VecPrepKernel::WarpPerVector
         } else {
             VecPrepKernel::BlockPerVector
