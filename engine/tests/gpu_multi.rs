@@ -434,8 +434,12 @@ fn tensor_split_prefill_matches_one_gpu_prefill_and_cpu_split() {
                 &split,
                 &one,
             );
+            // Against the CPU a prefill meets the one-GPU prefill's gates (gpu_prefill.rs), as the layer
+            // split's prefill does below: the raw argmax agreement of check_close counts the near-tie rows
+            // that any reassociation may flip (over 8 token seeds each prefill attention kernel misses
+            // 0..4 of 41 rows: gpu_prefill_noise, kernels/BENCH_NOTES.md ninth session).
             let cpu = run_cpu_split(&case, ranks, SplitMode::Tensor, n);
-            check_close(
+            check_prefill_vs_cpu(
                 &format!("tensor prefill, {ranks} ranks vs CPU split"),
                 n,
                 &split,

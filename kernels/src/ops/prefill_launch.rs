@@ -82,10 +82,10 @@ impl GpuContext {
         unsafe { self.launch_pf_attn_kind(s, kind, p) }
     }
 
-    /// The attention kernel kind (index into [`PF_ATTN_KINDS`]) prefill uses for head dim `dim`: `pf_attn`,
-    /// else the first kind that fits; `DSV4_PF_ATTN=K` picks kind K where it fits (`1`: `pf_attn2s3`, 1.6x
-    /// faster at 8K rows, opt-in until the gpu_multi golden case's agreement with the CPU under it is
-    /// explained: kernels/BENCH_NOTES.md, eighth session). None: no kind fits.
+    /// The attention kernel kind (index into [`PF_ATTN_KINDS`]) prefill uses for head dim `dim`: `pf_attn2s3`
+    /// (1.6x faster than `pf_attn` at 8K rows, as accurate over 8 token seeds: kernels/BENCH_NOTES.md, ninth
+    /// session) where its shared memory is granted, else the first kind that fits; `DSV4_PF_ATTN=K` picks
+    /// kind K where it fits (A/B runs; `0` is `pf_attn`). None: no kind fits.
     pub fn pf_attn_kind(&self, dim: usize) -> Option<usize> {
         static FORCED: OnceLock<Option<usize>> = OnceLock::new();
         let forced = *FORCED.get_or_init(|| {
@@ -95,7 +95,7 @@ impl GpuContext {
         });
         let d = PF_ATTN_DIMS.iter().position(|&x| x == dim)?;
         let fits = |k: usize| self.kernels.prefill.attn_fits.get(k).is_some_and(|f| f[d]);
-        forced.into_iter().chain([0, 1, 2]).find(|&k| fits(k))
+        forced.into_iter().chain([1, 2, 0]).find(|&k| fits(k))
     }
 
     /// Sparse attention of `p.rows` query rows with kernel kind `kind` (prefill_attn.cu, prefill_attn_fa.cu).
