@@ -231,26 +231,45 @@ __device__ __forceinline__ void vp_quant(float (&x)[VP_C], int n, int fp4) {
 template <int NC>
 __device__ __forceinline__ void vp_hadamard_nc(float (&x)[VP_C], const float* tmp, int n) {
     const int lane = threadIdx.x & 31;
-    u32 low = 0;
-    for (int jl = 0; jl < 32; ++jl) low |= (u32)(__popc(lane & jl) & 1) << jl;
     float acc[NC];
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[c] = 0.f;
-    for (int j0 = 0; j0 < n; j0 += 32) {
+    if ((n & 31) == 0) {
+        // Whole 32-chunks: the lane's sign of each jl as a float, so each term is one FFMA (x_j * +-1 is
+        // exact, so fma(x_j, +-1, a) is the add a + (+-x_j) bit for bit), and x_j four at a time (broadcast
+        // 16-byte shared loads): ~4.25 instructions per j instead of 7 (load, shift, xor, add).
+        float sg[32];
 #pragma unroll
-        for (int c = 0; c < NC; ++c)
-            if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
-        const int len = min(32, n - j0);
-#pragma unroll 8
-        for (int jl = 0; jl < len; ++jl) {
-            const u32 bits = __float_as_uint(tmp[j0 + jl]) ^ ((low << (31 - jl)) & 0x80000000u);
-            const float t = __uint_as_float(bits);
+        for (int jl = 0; jl < 32; ++jl) sg[jl] = (__popc(lane & jl) & 1) ? -1.f : 1.f;
+        for (int j0 = 0; j0 < n; j0 += 32) {
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
+            const float4* t4 = reinterpret_cast<const float4*>(tmp + j0);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const float4 v = t4[q];
+#pragma unroll
+                for (int c = 0; c < NC; ++c) {
+                    acc[c] = fmaf(v.x, sg[4 * q], acc[c]);
+                    acc[c] = fmaf(v.y, sg[4 * q + 1], acc[c]);
+                    acc[c] = fmaf(v.z, sg[4 * q + 2], acc[c]);
+                    acc[c] = fmaf(v.w, sg[4 * q + 3], acc[c]);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < NC; ++c)
+                if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
+        }
+    } else {
+        // n < 32 (one register, n lanes): the sign bit of x_j from the lane's mask.
+        u32 low = 0;
+        for (int jl = 0; jl < 32; ++jl) low |= (u32)(__popc(lane & jl) & 1) << jl;
+        for (int jl = 0; jl < n; ++jl) {
+            const float t = __uint_as_float(__float_as_uint(tmp[jl]) ^ ((low << (31 - jl)) & 0x80000000u));
 #pragma unroll
             for (int c = 0; c < NC; ++c) acc[c] += t;
         }
-#pragma unroll
-        for (int c = 0; c < NC; ++c)
-            if (__popc((32 * c) & j0) & 1) acc[c] = -acc[c];
     }
     const float scale = 1.0f / sqrtf((float)n);
 #pragma unroll
@@ -304,7 +323,7 @@ __device__ __forceinline__ void vp_finish(const AttnVecPrep& p, const VpTrig& t,
 // the vector and its weights are in flight while the row's angles are computed (the angles need the position).
 __device__ __forceinline__ void vp_block(const AttnVecPrep& p, int nvec, int v0) {
     __shared__ VpTrig trig;
-    __shared__ float tmp[VP_WARPS][512];
+    __shared__ __align__(16) float tmp[VP_WARPS][512];
     const int row = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int vec = v0 + warp;
     const bool live = vec < nvec;
