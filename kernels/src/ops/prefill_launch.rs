@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 use cudarc::driver::CudaStream;
 
 use super::attn_launch::cfg;
-use super::grid;
 use super::prefill_params::*;
+use super::{grid, int};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 
@@ -157,13 +157,18 @@ impl GpuContext {
             p.core.heads > 0 && p.core.heads <= 64 && p.core.ratio > 0,
             || format!("indexer heads {} ratio {}", p.core.heads, p.core.ratio),
         )?;
+        // Two rows per block (prefill_index.cu).
         let c = cfg(
-            (grid(NAME, splits.max(1))?, grid(NAME, rows)?, 1),
+            (grid(NAME, splits.max(1))?, grid(NAME, rows.div_ceil(2))?, 1),
             128,
             pf_index_smem(p.core.dim as usize),
         );
-        // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.prefill.index_score[i], c, p) }
+        let p = PfIndexScore {
+            rows: int(NAME, "rows", rows)?,
+            ..*p
+        };
+        // SAFETY: caller's contract; p.rows is the launch's row count.
+        unsafe { self.launch_one(s, &self.kernels.prefill.index_score[i], c, &p) }
     }
 
     /// Pools `jobs` compressed entries (prefill_state.cu).

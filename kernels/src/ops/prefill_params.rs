@@ -129,7 +129,7 @@ pub const fn pf_attn_smem(kind: usize, dim: usize) -> usize {
 
 /// Dynamic shared memory of `pf_index_score_d{dim}`.
 pub fn pf_index_smem(dim: usize) -> usize {
-    2 * 3 * 64 * (dim + 8) + 4 * 4 * PF_INDEX_TILE
+    2 * 3 * 64 * (dim + 8) + 2 * 4 * 4 * PF_INDEX_TILE
 }
 
 /// The prefill kernels, resolved once with the module.
@@ -346,13 +346,16 @@ pub struct PfAttn {
     pub scale: f32,
 }
 
-/// The C struct PfIndexScore: decode's AttnIndexScore core, then the first row of this launch.
+/// The C struct PfIndexScore: decode's AttnIndexScore core, then the first row and the rows of this launch.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PfIndexScore {
     pub core: IndexScoreCore,
     pub row_begin: i32,
     pub scale: f32,
+    /// Rows of the launch (set by the launcher).
+    pub rows: i32,
+    pub pad: i32,
 }
 
 /// The C struct PfCompress: the compressor head and tail shared with decode's AttnCompress, around the job
@@ -415,7 +418,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfKperm>(), 2 * 8 + 2 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
-        assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 8 * 4);
+        assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 10 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);
         assert_eq!(std::mem::size_of::<PfCompress>(), 8 * 8 + 10 * 4);
         assert_eq!(std::mem::offset_of!(PfCompress, tail), 5 * 8);

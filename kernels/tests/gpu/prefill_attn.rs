@@ -226,8 +226,10 @@ fn pf_index_scores_match_reference() {
             upload(&g, &bits(&keys)),
         );
         let (dsl, dpos) = (upload(&g, &rows.slots), upload(&g, &rows.positions));
-        // Two row groups, as the runner scores a long call group by group.
-        for (begin, len) in [(0usize, 150usize), (150, n - 150)] {
+        // Two row groups, as the runner scores a long call group by group; then the rows again from row 1, so
+        // that every block pairs each row with its other neighbour: a row's bits must not depend on its partner.
+        let mut first: Vec<Vec<f32>> = vec![Vec::new(); n];
+        for (begin, len) in [(0usize, 150usize), (150, n - 150), (1, n - 1)] {
             let scores: CudaSlice<f32> = upload(&g, &vec![f32::NAN; len * cap]);
             let p = PfIndexScore {
                 core: IndexScoreCore {
@@ -246,6 +248,7 @@ fn pf_index_scores_match_reference() {
                 },
                 row_begin: begin as i32,
                 scale,
+                ..Default::default()
             };
             // SAFETY: q/wts/positions/slots cover every row, keys [3, cap, dim], scores len x cap.
             unsafe { g.launch_pf_index_score(&g.stream, 3, len, &p) }.expect("launch");
@@ -257,6 +260,15 @@ fn pf_index_scores_match_reference() {
                     &rows, rr, &q, &wts, stride, &keys, heads, dim, cap, ratio, k, scale,
                 );
                 let gr = &got[i * cap..i * cap + want.len()];
+                if begin == 1 {
+                    let same = gr
+                        .iter()
+                        .zip(&first[rr])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "row {rr}: scores differ with another partner row");
+                } else {
+                    first[rr] = gr.to_vec();
+                }
                 let bound: f32 = 2e-5 * want.iter().map(|v| v.abs()).fold(1.0, f32::max);
                 for (w, (a, b)) in gr.iter().zip(&want).enumerate() {
                     assert!(

@@ -256,6 +256,7 @@ fn indexer(
             },
             row_begin: g.begin as i32,
             scale,
+            ..Default::default()
         };
         // SAFETY: iq rows x ih x id; wts at column wts_off of proj (rows x lin_rows); keys [slots, cap, id];
         // scores holds score_rows >= g.len rows of cap.
