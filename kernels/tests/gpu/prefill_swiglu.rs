@@ -40,18 +40,19 @@ fn inputs(r: &mut rand::rngs::StdRng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>
     (g, u, wt)
 }
 
+/// A case's inputs on the device: g, u and the weights (None: unweighted).
+struct Inputs<'a> {
+    g: &'a CudaSlice<f32>,
+    u: &'a CudaSlice<f32>,
+    w: Option<&'a CudaSlice<f32>>,
+}
+
 fn bits(v: &[bf16]) -> Vec<u16> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// moe_swiglu then pf_kperm (the path the fused kernel replaces).
-fn two_launches(
-    gpu: &GpuContext,
-    c: &Case,
-    dg: &CudaSlice<f32>,
-    du: &CudaSlice<f32>,
-    dw: Option<&CudaSlice<f32>>,
-) -> Vec<u16> {
+fn two_launches(gpu: &GpuContext, c: &Case, d: &Inputs<'_>) -> Vec<u16> {
     let mut h: CudaSlice<bf16> = upload(gpu, &vec![bf16::NAN; c.slots * c.inter]);
     gpu.launch_moe_swiglu(
         &gpu.stream,
@@ -59,9 +60,9 @@ fn two_launches(
         c.inter,
         c.limit,
         c.quant,
-        dg,
-        du,
-        dw,
+        d.g,
+        d.u,
+        d.w,
         &mut h,
     )
     .expect("moe_swiglu");
@@ -78,18 +79,12 @@ fn two_launches(
 }
 
 /// The fused kernel.
-fn fused(
-    gpu: &GpuContext,
-    c: &Case,
-    dg: &CudaSlice<f32>,
-    du: &CudaSlice<f32>,
-    dw: Option<&CudaSlice<f32>>,
-) -> Vec<u16> {
+fn fused(gpu: &GpuContext, c: &Case, d: &Inputs<'_>) -> Vec<u16> {
     let out: CudaSlice<bf16> = upload(gpu, &vec![bf16::NAN; c.slots * pf_kperm_cols(c.inter)]);
     let p = PfSwiglu {
-        g: dp(gpu, dg),
-        u: dp(gpu, du),
-        wt: dw.map_or(0, |w| dp(gpu, w)),
+        g: dp(gpu, d.g),
+        u: dp(gpu, d.u),
+        wt: d.w.map_or(0, |w| dp(gpu, w)),
         out: dp(gpu, &out),
         slots: c.slots as i32,
         inter: c.inter as i32,
@@ -166,9 +161,13 @@ fn pf_swiglu_kperm_matches_the_two_launches_and_reference() {
             let mut r = rng(seed);
             let (g, u, wt) = inputs(&mut r, &c);
             let (dg, du, dw) = (upload(&gpu, &g), upload(&gpu, &u), upload(&gpu, &wt));
-            let dw = c.weighted.then_some(&dw);
-            let want = two_launches(&gpu, &c, &dg, &du, dw);
-            let got = fused(&gpu, &c, &dg, &du, dw);
+            let d = Inputs {
+                g: &dg,
+                u: &du,
+                w: c.weighted.then_some(&dw),
+            };
+            let want = two_launches(&gpu, &c, &d);
+            let got = fused(&gpu, &c, &d);
             let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
             assert!(
                 differ == 0,
