@@ -10,7 +10,8 @@
 //          rounded to bf16, or (quant != 0, official numerics) FP8 act-quant fake-quantised from f32 in blocks of 128
 //          along the row (a shorter last block when I % 128 != 0, as the CPU reference does). g, u f32 [S, I]
 //          (w1 / w3 outputs), wt f32 [S] or null (shared expert: 1), out bf16 [S, I].
-//          Launch: grid ceil(S * ceil(I/128) / 8), block 256: one warp per 128-block, 4 values per lane.
+//          Launch: grid ceil(S * ceil(I/128) / 8), block 256: one warp per 128-block, 4 values per lane. The value
+//          itself is swiglu_value (shared with the prefill's pf_swiglu_kperm, prefill_swiglu.cu).
 // fake_quant_rows: the same FP8 fake quantisation of a bf16 [rows, D] tensor (any D, tail block shorter),
 //          out may alias x. Needed because act_quant_bf16 requires D % 128 == 0 (tiny models have D = 32).
 // Depends on fq_block from mhc.cu, f32_to_e4m3 / e4m3_to_f32 from act_quant.cu and moe_group_block from
@@ -221,6 +222,18 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     if (threadIdx.x == 0) *counter = 0;
 }
 
+// One SwiGLU value as moe_swiglu computes it: silu(min(g, L)) * clamp(u, -L, L) * w, rounded through bf16 unless
+// `quant` (official numerics quantise from the f32 value, as the f32 references do). pf_swiglu_kperm
+// (prefill_swiglu.cu) uses it too: one expression, so both kernels give the same bits.
+__device__ __forceinline__ float swiglu_value(float gg, float uu, float w, float limit, int quant) {
+    if (limit > 0.f) {
+        gg = fminf(gg, limit);
+        uu = fminf(fmaxf(uu, -limit), limit);
+    }
+    const float h = gg / (1.f + expf(-gg)) * uu * w;
+    return quant ? h : bf16_to_f32(f32_to_bf16(h));
+}
+
 extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __restrict__ g,
                                                              const float* __restrict__ u,
                                                              const float* __restrict__ wt, u16* __restrict__ out,
@@ -239,13 +252,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
         const int c = c0 + q * 32 + lane;
         v[q] = 0.f;
         if (c >= I) continue;
-        float gg = g[(u64)s * I + c], uu = u[(u64)s * I + c];
-        if (limit > 0.f) {
-            gg = fminf(gg, limit);
-            uu = fminf(fmaxf(uu, -limit), limit);
-        }
-        const float h = gg / (1.f + expf(-gg)) * uu * w;
-        v[q] = quant ? h : bf16_to_f32(f32_to_bf16(h));  // quantise from f32 (as the f32 references do)
+        v[q] = swiglu_value(g[(u64)s * I + c], u[(u64)s * I + c], w, limit, quant);
     }
     if (quant) fq_block(v);
 #pragma unroll

@@ -14,7 +14,8 @@
 //          in k32 sub-chunk j thread t decodes word 4t + j of its rows' chunk (its 32-k scale group is t), and
 //          pair i of that word feeds step 2j + i/2, slot a0/a1 (i even) or a2/a3 (i odd). x must be stored in the
 //          same order: pf_kperm writes x' [rows, Kp] (Kp = K rounded up to 128, zero padded) with the bf16 pair
-//          q = 16j + 4i + t of each chunk = x[8(4t + j) + i] and x[8(4t + j) + i + 4]. A permutation of K changes
+//          q = 16j + 4i + t of each chunk = x[8(4t + j) + i] and x[8(4t + j) + i + 4]; w2's input h' comes in
+//          that order straight from the SwiGLU (pf_swiglu_kperm, prefill_swiglu.cu). A permutation of K changes
 //          no product, only (again) the order of the f32 sums.
 // Launch:  grid (ceil(N / 128), max tiles, groups), 256 threads = 2 warpgroups; block (x, y) multiplies weight
 //          rows 128x .. 128x + 127 of tile y's expert by the tile's rows (blocks past tiles[0] exit), so the blocks
@@ -42,8 +43,9 @@
 //          layer for w1+w3 / w2, TFLOP/s): M = 1024 tokens: pf_gemm_fp4_expert bm64 2743 / 1434 (75 / 72),
 //          pf_wgmma_fp4_expert_s 952 / 508 (217 / 203), pf_wgmma_fp4_expert 1210 / 677 (170 / 152); M = 8192:
 //          pf_gemm_fp4_expert bm128 8707 / 4710 (189 / 175), pf_wgmma_fp4_expert tiles of 256 3723 / 2176
-//          (443 / 379), of 128 4091 / 2397 (403 / 344); pf_kperm 10 / 23 us (1K), 55 / 149 us (8K). Before the scale
-//          ring (scales read from global one chunk ahead) the 1K GEMMs took 1486 / 837 us: a DRAM round trip a chunk.
+//          (443 / 379), of 128 4091 / 2397 (403 / 344); pf_kperm of x / h 10 / 23 us (1K), 55 / 149 us (8K) (the
+//          engine's h' now comes from pf_swiglu_kperm). Before the scale ring (scales read from global one chunk
+//          ahead) the 1K GEMMs took 1486 / 837 us: a DRAM round trip a chunk.
 #include "common.cuh"
 
 #define PFX_ROWS 128                          // weight rows of a block (2 warpgroups x 64)

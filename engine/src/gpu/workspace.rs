@@ -10,8 +10,8 @@ use dsv4_kernels::cudarc::driver::{
     CudaEvent, CudaSlice, CudaStream, DeviceRepr, DriverError, ValidAsZeroBits,
 };
 use dsv4_kernels::{
-    bf16, hc_workspace_len, moe_group_meta_len, GemvScratch, GemvWeights, GpuContext, HC_MIX,
-    HC_STREAMS,
+    bf16, hc_workspace_len, moe_group_meta_len, pf_kperm_cols, GemvScratch, GemvWeights,
+    GpuContext, HC_MIX, HC_STREAMS,
 };
 
 pub struct Workspace {
@@ -76,7 +76,9 @@ impl BlockIo {
 }
 
 /// The expert outputs of `slots` routed slots and `rows` rows: routed w1/w3 f32 [slots, I], SwiGLU bf16
-/// [slots, I], w2 f32 [slots, D]; the shared expert's f32 [rows, I] x2, bf16 [rows, I], f32 [rows, D].
+/// [slots, I] (room for [slots, pf_kperm_cols(I)]: the prefill's wgmma path writes it K-permuted, zero-padded
+/// to whole 128-wide chunks), w2 f32 [slots, D]; the shared expert's f32 [rows, I] x2, bf16 [rows, I], f32
+/// [rows, D].
 pub struct ExpertBufs {
     pub g: CudaSlice<f32>,
     pub u: CudaSlice<f32>,
@@ -99,7 +101,7 @@ impl ExpertBufs {
         Ok(ExpertBufs {
             g: zeros(ctx, slots * i)?,
             u: zeros(ctx, slots * i)?,
-            h: zeros(ctx, slots * i)?,
+            h: zeros(ctx, slots * pf_kperm_cols(i))?,
             y_routed: zeros(ctx, slots * d)?,
             sg: zeros(ctx, rows * i)?,
             su: zeros(ctx, rows * i)?,
@@ -111,7 +113,7 @@ impl ExpertBufs {
     /// Device bytes of [`ExpertBufs::new`].
     pub(crate) fn bytes_for(rows: usize, slots: usize, cfg: &ModelConfig) -> usize {
         let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
-        (slots + rows) * (10 * i + 4 * d)
+        (slots + rows) * (10 * i + 4 * d) + 2 * slots * (pf_kperm_cols(i) - i)
     }
 }
 

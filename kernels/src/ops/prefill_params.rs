@@ -161,6 +161,8 @@ pub struct PrefillKernels {
     pub wgmma_fp4_fits: [bool; 2],
     /// pf_kperm: x in the K order of pf_wgmma_fp4_expert (portable).
     pub kperm: CudaFunction,
+    /// pf_swiglu_kperm: the routed SwiGLU written in that K order (portable).
+    pub swiglu_kperm: CudaFunction,
     /// Whether the device granted each attention instance its shared memory (a GPU with less shared
     /// memory per block than an H200 cannot run the largest head dims: prefill then falls back to decode).
     pub attn_fits: [[bool; 4]; 3],
@@ -257,6 +259,7 @@ impl PrefillKernels {
             wgmma_fp4,
             wgmma_fp4_fits,
             kperm: get("pf_kperm")?,
+            swiglu_kperm: get("pf_swiglu_kperm")?,
             attn_fits,
         })
     }
@@ -317,6 +320,21 @@ pub struct PfKperm {
     pub out: u64,
     pub rows: i32,
     pub k: i32,
+}
+
+/// `pf_swiglu_kperm`: g, u f32 `[slots, inter]`, wt f32 `[slots]` (0: none) -> out bf16
+/// `[slots, pf_kperm_cols(inter)]`: moe_swiglu's h (limit, quant as there) in pf_wgmma_fp4_expert's K order.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PfSwiglu {
+    pub g: u64,
+    pub u: u64,
+    pub wt: u64,
+    pub out: u64,
+    pub slots: i32,
+    pub inter: i32,
+    pub limit: f32,
+    pub quant: i32,
 }
 
 #[repr(C)]
@@ -399,6 +417,7 @@ device_repr!(
     PfWgmma,
     PfDequant,
     PfKperm,
+    PfSwiglu,
     PfAttn,
     PfIndexScore,
     PfCompress,
@@ -417,6 +436,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<PfWgmma>(), 24 * 8 + 12 * 4);
         assert_eq!(std::mem::size_of::<PfDequant>(), 24 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfKperm>(), 2 * 8 + 2 * 4);
+        assert_eq!(std::mem::size_of::<PfSwiglu>(), 4 * 8 + 4 * 4);
         assert_eq!(std::mem::size_of::<PfAttn>(), 12 * 8 + 10 * 4);
         assert_eq!(std::mem::size_of::<PfIndexScore>(), 6 * 8 + 10 * 4);
         assert_eq!(std::mem::offset_of!(PfIndexScore, row_begin), 6 * 8 + 6 * 4);

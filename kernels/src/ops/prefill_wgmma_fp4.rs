@@ -1,10 +1,11 @@
-//! Launchers of the routed FP4 experts on Hopper wgmma (`cuda/prefill_wgmma_fp4.cu`, sm_90a only) and of the
-//! K permutation (`pf_kperm`) that puts their inputs in the order the kernel sums K in.
+//! Launchers of the routed FP4 experts on Hopper wgmma (`cuda/prefill_wgmma_fp4.cu`, sm_90a only), of the
+//! K permutation (`pf_kperm`) that puts their inputs in the order the kernel sums K in, and of the SwiGLU that
+//! writes w2's input in that order directly (`pf_swiglu_kperm`, `cuda/prefill_swiglu.cu`).
 use cudarc::driver::CudaStream;
 
 use super::attn_launch::cfg;
 use super::grid;
-use super::prefill_params::{pf_wgmma_fp4_smem, PfGemm, PfKperm, PF_BN, PF_GROUPS};
+use super::prefill_params::{pf_wgmma_fp4_smem, PfGemm, PfKperm, PfSwiglu, PF_BN, PF_GROUPS};
 use crate::context::GpuContext;
 use crate::error::{check, KernelError, Result};
 
@@ -92,5 +93,28 @@ impl GpuContext {
         let c = cfg((grid("pf_kperm", threads.div_ceil(256))?, 1, 1), 256, 0);
         // SAFETY: caller's contract; shapes checked above.
         unsafe { self.launch_one(s, &self.kernels.prefill.kperm, c, p) }
+    }
+
+    /// moe_swiglu (`launch_moe_swiglu`: `p.limit`, `p.quant` as `limit`, `quant` there; `p.wt` 0 for none)
+    /// followed by `launch_pf_kperm` of its output, the same bits in one launch: `p.out` gets the SwiGLU of
+    /// `p.g`, `p.u` (`slots x inter` f32) as `slots x pf_kperm_cols(inter)` bf16 in the K order of
+    /// `pf_wgmma_fp4_expert`. `inter` a multiple of 32 (as for `launch_pf_kperm`), any device.
+    ///
+    /// # Safety
+    /// `p.g` and `p.u` hold `slots * inter` f32, `p.wt` (if not 0) `slots` f32, `p.out` room for
+    /// `slots * pf_kperm_cols(inter)` bf16, not overlapping the inputs; all 16-byte aligned.
+    pub unsafe fn launch_pf_swiglu_kperm(&self, s: &CudaStream, p: &PfSwiglu) -> Result<()> {
+        const SW: &str = "pf_swiglu_kperm";
+        let (slots, inter) = (p.slots as usize, p.inter as usize);
+        let chunks = slots * inter.div_ceil(128);
+        check(
+            SW,
+            p.slots > 0 && p.inter > 0 && inter.is_multiple_of(32) && chunks < 1 << 31,
+            || format!("slots {slots} inter {inter} (a multiple of 32)"),
+        )?;
+        // 8 warps a block, PFS_CHUNKS = 4 (slot, chunk) pairs a warp.
+        let c = cfg((grid(SW, chunks.div_ceil(32))?, 1, 1), 256, 0);
+        // SAFETY: caller's contract; shapes checked above.
+        unsafe { self.launch_one(s, &self.kernels.prefill.swiglu_kperm, c, p) }
     }
 }

@@ -43,6 +43,61 @@ pub fn kperm(x: &[bf16], rows: usize, k: usize) -> Vec<bf16> {
     out
 }
 
+/// [`swiglu`]'s result: h bf16 `[slots, inter]` and the FP8 scale of each 128-block (1 without quantisation).
+pub struct Swiglu {
+    pub h: Vec<bf16>,
+    pub scales: Vec<f32>,
+}
+
+/// The routed SwiGLU of `moe_swiglu` / `pf_swiglu_kperm` (natural K order): h = silu(min(g, L)) * clamp(u, -L,
+/// L) * wt (no clamp for L <= 0, wt 1 without weights) in f32; then bf16, or (`quant`) FP8 fake quantisation
+/// from f32 in blocks of 128 along the row (a shorter last block) with the UE8M0 scale of `act_quant`.
+pub fn swiglu(
+    g: &[f32],
+    u: &[f32],
+    wt: Option<&[f32]>,
+    inter: usize,
+    limit: f32,
+    quant: bool,
+) -> Swiglu {
+    let mut out = Swiglu {
+        h: Vec::with_capacity(g.len()),
+        scales: Vec::new(),
+    };
+    for (s, (gr, ur)) in g.chunks(inter).zip(u.chunks(inter)).enumerate() {
+        let w = wt.map_or(1.0, |w| w[s]);
+        let row: Vec<f32> = gr
+            .iter()
+            .zip(ur)
+            .map(|(&g, &u)| {
+                let (g, u) = if limit > 0.0 {
+                    (g.min(limit), u.clamp(-limit, limit))
+                } else {
+                    (g, u)
+                };
+                g / (1.0 + (-g).exp()) * u * w
+            })
+            .collect();
+        for blk in row.chunks(128) {
+            if !quant {
+                out.scales.push(1.0);
+                out.h.extend(blk.iter().map(|&v| bf16::from_f32(v)));
+                continue;
+            }
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-4);
+            let bits = (amax / 448.0).to_bits();
+            let sc =
+                f32::from_bits((((bits >> 23) & 0xff) + u32::from(bits & 0x7f_ffff != 0)) << 23);
+            out.scales.push(sc);
+            out.h.extend(blk.iter().map(|&v| {
+                let c = super::formats::f32_to_e4m3((v / sc).clamp(-448.0, 448.0));
+                bf16::from_f32(super::formats::e4m3_to_f32(c) * sc)
+            }));
+        }
+    }
+    out
+}
+
 /// Where the rows of one prefill call live: per row its sequence slot, position, and the row / position at
 /// which its sequence's rows start in the call.
 #[derive(Debug, Clone, Default)]

@@ -11,7 +11,7 @@ use crate::gpu::weights::{ExpertBank, MoeDev};
 use crate::gpu::RunnerError;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::prefill::{PfGroup, PfWeights};
+use dsv4_kernels::prefill::{PfGroup, PfSwiglu, PfWeights};
 use dsv4_kernels::{pf_kperm_cols, pf_max_tiles, RouteBy, RouteShape};
 
 /// Routed-expert row tile for `slots` slots over `experts` on pf_gemm_fp4_expert: the larger tile once experts
@@ -34,8 +34,8 @@ pub(super) struct Grouping {
 }
 
 /// Whether this call's routed experts take the wgmma kernel: an sm_90a fatbin device, enough rows
-/// (DSV4_PF_WGMMA), and room for the K-permuted inputs in the buffers they borrow (x' in `y_routed`, which
-/// w2 writes only after w1/w3 read x'; h' in `g`, dead once the SwiGLU has read it).
+/// (DSV4_PF_WGMMA), and room for the K-permuted inputs: x' in `y_routed` (borrowed: w2 writes it only after
+/// w1/w3 read x'), h' in `h` (sized for it; pf_swiglu_kperm writes it straight from g and u).
 fn expert_wgmma(c: &Call<'_>, cfg: &ModelConfig, ws: &PrefillWs) -> bool {
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     let rows = c.plan.rows;
@@ -43,7 +43,7 @@ fn expert_wgmma(c: &Call<'_>, cfg: &ModelConfig, ws: &PrefillWs) -> bool {
     let ex = &ws.moe.ex;
     gemm::expert_wgmma(c.ctx, rows)
         && rows * pf_kperm_cols(d) <= 2 * ex.y_routed.len()
-        && slots * pf_kperm_cols(i) <= 2 * ex.g.len()
+        && slots * pf_kperm_cols(i) <= ex.h.len()
 }
 
 pub(super) fn forward(
@@ -145,7 +145,8 @@ fn input(c: &Call<'_>, ws: &PrefillWs) -> u64 {
 
 /// The grouped slots through the experts of `bank` (`experts` of them, tiles as `grouping`): per-slot
 /// outputs `ws.moe.ex.y_routed`, weighted (slots outside the tiles are not written). On the wgmma kernel its
-/// inputs go through pf_kperm first (x into `y_routed`, h into `g`; see `expert_wgmma`).
+/// inputs come K-permuted: x through pf_kperm into `y_routed`, h from pf_swiglu_kperm (moe_swiglu and
+/// pf_kperm in one pass, the same bits; see `expert_wgmma`).
 pub(super) fn routed(
     c: &Call<'_>,
     cfg: &ModelConfig,
@@ -184,27 +185,28 @@ pub(super) fn routed(
         Job::new(s, x, &bank.w3, &bank.s3, dptr_mut(&mut m.ex.u, s), i),
     ];
     gemm::experts(c.ctx, s, &tiles, d, false, &up)?;
-    let lim = cfg.swiglu_limit;
-    c.ctx.launch_moe_swiglu(
-        s,
-        slots,
-        i,
-        lim,
-        c.official,
-        &m.ex.g,
-        &m.ex.u,
-        Some(&m.wts),
-        &mut m.ex.h,
-    )?;
-    let mut h = dptr(&m.ex.h, s);
+    let (lim, ex) = (cfg.swiglu_limit, &mut m.ex);
     if wgmma {
-        let hp = dptr_mut(&mut m.ex.g, s);
-        // SAFETY: h holds slots x i bf16; g (read by the SwiGLU above, dead now) has room for
-        // slots x pf_kperm_cols(i) bf16 (expert_wgmma checked it).
-        unsafe { gemm::kperm(c.ctx, s, h, hp, slots, i) }?;
-        h = hp;
+        let p = PfSwiglu {
+            g: dptr(&ex.g, s),
+            u: dptr(&ex.u, s),
+            wt: dptr(&m.wts, s),
+            out: dptr_mut(&mut ex.h, s),
+            slots: slots as i32,
+            inter: i as i32,
+            limit: lim,
+            quant: i32::from(c.official),
+        };
+        // SAFETY: g and u hold slots x i f32 (w1/w3 above), wts slots f32, h room for slots x pf_kperm_cols(i)
+        // bf16 (expert_wgmma checked it); separate allocations.
+        unsafe { c.ctx.launch_pf_swiglu_kperm(s, &p) }?;
+    } else {
+        let (g, u, wts) = (&ex.g, &ex.u, Some(&m.wts));
+        c.ctx
+            .launch_moe_swiglu(s, slots, i, lim, c.official, g, u, wts, &mut ex.h)?;
     }
-    let down = Job::new(s, h, &bank.w2, &bank.s2, dptr_mut(&mut m.ex.y_routed, s), d);
+    let h = dptr(&ex.h, s);
+    let down = Job::new(s, h, &bank.w2, &bank.s2, dptr_mut(&mut ex.y_routed, s), d);
     gemm::experts(c.ctx, s, &tiles, i, true, &[down])
 }
 
