@@ -2,7 +2,8 @@
 //! output) bit for bit, and against the CPU reference (`reference::prefill::swiglu`, then `kperm`). Awkward
 //! shapes: 1 .. 1001 slots (none a multiple of the warp's 4 chunks or the block's 32), inter 32 .. 4096 with
 //! tails (inter % 128 = 32, 96), both numerics, with and without per-slot weights and the clamp, values where
-//! silu saturates, zeros, and rows scaled over 2^-12 .. 2^8 (e4m3 subnormals inside a block).
+//! silu saturates, zeros, rows scaled over 2^-12 .. 2^8 (e4m3 subnormals inside a block) and rows of f32-subnormal
+//! values.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfKperm, PfSwiglu};
 use dsv4_kernels::{bf16, pf_kperm_cols, reference, GpuContext};
@@ -31,7 +32,12 @@ fn inputs(r: &mut rand::rngs::StdRng, c: &Case) -> (Vec<f32>, Vec<f32>, Vec<f32>
         *v = [30.0, -30.0, 100.0, -100.0][i % 4];
     }
     for (i, row) in u.chunks_mut(c.inter).enumerate() {
-        let f = 2f32.powi(r.random_range(-12..=8));
+        // Every 5th row's h is f32-subnormal (bf16 subnormals in reference numerics).
+        let f = 2f32.powi(if i % 5 == 4 {
+            -136
+        } else {
+            r.random_range(-12..=8)
+        });
         for (k, v) in row.iter_mut().enumerate() {
             *v = if (i + k) % 29 == 0 { 0.0 } else { *v * f };
         }
@@ -97,7 +103,7 @@ fn fused(gpu: &GpuContext, c: &Case, d: &Inputs<'_>) -> Vec<u16> {
 }
 
 /// The GPU bits against the CPU reference: the zero padding exactly; each value within one rounding step of
-/// its format (bf16: 2^-7 relative; e4m3: 2^-3 relative, or a subnormal step 2^-9 at twice the block scale, in
+/// its format (bf16: 2^-7 relative, 2^-133 among subnormals; e4m3: 2^-3 relative, or a subnormal step 2^-9 at twice the block scale, in
 /// case the block maximum rounded across a power of two), and rounding flips (GPU expf vs the CPU's exp) rare.
 fn check_cpu(c: &Case, got: &[u16], g: &[f32], u: &[f32], wt: Option<&[f32]>) {
     let r = reference::prefill::swiglu(g, u, wt, c.inter, c.limit, c.quant);
@@ -118,7 +124,7 @@ fn check_cpu(c: &Case, got: &[u16], g: &[f32], u: &[f32], wt: Option<&[f32]>) {
             let s = r.scales[slot * kp / 128 + col / 128];
             0.125 * x.abs().max(y.abs()) + 2.0 * s * 2f32.powi(-9)
         } else {
-            2f32.powi(-7) * x.abs().max(y.abs())
+            2f32.powi(-7) * x.abs().max(y.abs()) + 2f32.powi(-133)
         };
         assert!(x.is_finite(), "{c:?}: element {i} is {x}");
         worst = worst.max((x - y).abs() / bound);
