@@ -22,13 +22,15 @@
 //          only: elsewhere (sm_120a SASS, compute_90 PTX, NVRTC) the GEMM kernels compile to a trap and the
 //          host never selects them (GpuContext::has_wgmma); pf_fp8_to_bf16 is portable.
 // Variants / timings (H200, kbench pf, TFLOP/s at M = 1024 / 8192; kernels/BENCH_NOTES.md "Prefill wgmma"):
-//          pf_gemm_fp8 133-230 / 220-246. s6 (the engine's) 409-629 / 446-634, s4 368-525 / 413-507, s3 with
-//          two blocks per SM 343-539 / 448-515; pf_fp8_to_bf16 10-40 us per launch. An e4m3 x e4m3 variant
-//          (x as act_quant codes + scales, the official per-128-K promotion) ran 423-637 / 478-637, no faster
-//          (the per-block barrier of this 128 x 128 tiling is the limit), and Hopper adds e4m3 products inside
-//          one wgmma with a truncated ~13-bit significand: errors 12-95x the pf_gemm tests' bound, even at
-//          K = 32, so it was removed (code and its tests: branch `wgmma`, commit 8c1bade). The first version's
-//          no-swizzle core-matrix layout (LBO 128, SBO 1024) reached only 217-283.
+//          pf_gemm_fp8 133-230 / 220-246. s6 409-629 / 446-634: the engine's only for launches whose 128 x 256
+//          tiles would fill at most half the SMs; the others take prefill_wgmma_ws.cu (545-792 / 549-776 on
+//          the same shapes). s4 368-525 / 413-507, s3 with two blocks per SM 343-539 / 448-515; pf_fp8_to_bf16
+//          10-40 us per launch. An e4m3 x e4m3 variant (x as act_quant codes + scales, the official per-128-K
+//          promotion) ran 423-637 / 478-637, no faster (the per-block barrier of this 128 x 128 tiling is the
+//          limit), and Hopper adds e4m3 products inside one wgmma with a truncated ~13-bit significand: errors
+//          12-95x the pf_gemm tests' bound, even at K = 32, so it was removed (code and its tests: branch
+//          `wgmma`, commit 8c1bade). The first version's no-swizzle core-matrix layout (LBO 128, SBO 1024)
+//          reached only 217-283.
 #include "common.cuh"
 
 #define PFW_GROUPS 8
@@ -123,29 +125,32 @@ __device__ __forceinline__ void pfw_load(const PfwRows& r, const void* base, int
     }
 }
 
-// Stores the warpgroup's 64 x 128 f32 tile (wgmma accumulator layout: value i of lane l of warp w sits at row
-// 16w + l/4 + 8 ((i/2) % 2), column 8 (i/4) + 2 (l%4) + i%2).
-__device__ __forceinline__ void pfw_store(const PfWgmma& p, int g, int N, int m0, int n0, const float (&acc)[64]) {
+// Stores a warpgroup's 64 x 8T f32 tile (wgmma accumulator layout: value i of lane l of warp w sits at row
+// 16w + l/4 + 8 ((i/2) % 2), column 8 (i/4) + 2 (l%4) + i%2) at rows row0.., columns n0.. of out [M, N] (f32 or
+// bf16); rows >= M and columns >= N are not stored. Also the store of prefill_wgmma_ws.cu (T = 32).
+template <int T>
+__device__ __forceinline__ void pfw_store_rows(void* out, int M, int N, int out_bf16, int row0, int n0,
+                                               const float (&acc)[4 * T]) {
     const int wtid = threadIdx.x & 127, warp = wtid >> 5, lane = wtid & 31;
     const bool pairs = (N & 1) == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const int row = m0 + (threadIdx.x >> 7) * 64 + warp * 16 + (lane >> 2) + 8 * h;
-        if (row >= p.M) continue;
+        const int row = row0 + warp * 16 + (lane >> 2) + 8 * h;
+        if (row >= M) continue;
 #pragma unroll
-        for (int t = 0; t < 16; ++t) {
+        for (int t = 0; t < T; ++t) {
             const int c = n0 + 8 * t + 2 * (lane & 3);
             const float v0 = acc[4 * t + 2 * h], v1 = acc[4 * t + 2 * h + 1];
             const u64 idx = (u64)row * N + c;
             if (pairs && c + 1 < N) {
-                if (p.out_bf16) {
-                    *(u32*)((u16*)p.out[g] + idx) = (u32)f32_to_bf16(v0) | ((u32)f32_to_bf16(v1) << 16);
+                if (out_bf16) {
+                    *(u32*)((u16*)out + idx) = (u32)f32_to_bf16(v0) | ((u32)f32_to_bf16(v1) << 16);
                 } else {
-                    *(float2*)((float*)p.out[g] + idx) = make_float2(v0, v1);
+                    *(float2*)((float*)out + idx) = make_float2(v0, v1);
                 }
             } else {
-                if (c < N) store_out(p.out[g], idx, v0, p.out_bf16);
-                if (c + 1 < N) store_out(p.out[g], idx + 1, v1, p.out_bf16);
+                if (c < N) store_out(out, idx, v0, out_bf16);
+                if (c + 1 < N) store_out(out, idx + 1, v1, out_bf16);
             }
         }
     }
@@ -199,7 +204,7 @@ __device__ __forceinline__ void pfw_body(const PfWgmma& p) {
         wgmma_wait<LAG>();
     }
     wgmma_wait<0>();
-    pfw_store(p, g, N, m0, n0, acc);
+    pfw_store_rows<16>(p.out[g], p.M, N, p.out_bf16, m0 + wg * 64, n0, acc);
 }
 #endif
 

@@ -1,6 +1,6 @@
 //! `kbench pf`: the dense FP8 prefill GEMMs at the real prefill shapes, pf_gemm_fp8 (bf16 mma.sync after
-//! converting the weights) against every pf_wgmma variant (bf16 wgmma on weights dequantised by
-//! pf_fp8_to_bf16, timed apart), in TFLOP/s.
+//! converting the weights) against every pf_wgmma variant (the cp.async rings and the warp-specialised `ws`:
+//! bf16 wgmma on weights dequantised by pf_fp8_to_bf16, timed apart), in TFLOP/s.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfDequant, PfGemm, PfWeights, PfWgmma, PF_WGMMA_VARIANTS};
 use dsv4_kernels::{bf16, GpuContext};
@@ -8,9 +8,10 @@ use dsv4_kernels::{bf16, GpuContext};
 use super::{filled, noise, time_ms, R};
 
 /// One launch's groups: (name, [n per group], k). Groups share x, as in the engine.
-const SHAPES: [(&str, &[usize], usize); 5] = [
+const SHAPES: [(&str, &[usize], usize); 6] = [
     ("wq_a+wkv", &[1024, 512], 4096),
     ("wq_b+iwq_b", &[32768, 8192], 1024),
+    ("wo_a x8", &[1024; 8], 4096),
     ("wo_b", &[4096], 8192),
     ("shared w1+w3", &[2048, 2048], 4096),
     ("shared w2", &[4096], 2048),

@@ -18,6 +18,7 @@ pub mod prefill_launch;
 pub mod prefill_params;
 pub mod prefill_wgmma;
 pub mod prefill_wgmma_fp4;
+pub mod prefill_wgmma_ws;
 pub mod rmsnorm;
 pub mod runner;
 pub mod sample;

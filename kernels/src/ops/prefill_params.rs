@@ -47,34 +47,56 @@ pub fn pf_gemm_smem(bm: usize) -> usize {
     2 * (bm + PF_BN) * 72 * 2
 }
 
-/// One instance of prefill_wgmma.cu's GEMM (bf16 wgmma).
+/// One instance of the bf16 wgmma GEMM: prefill_wgmma.cu's cp.async ring (128 x 128 tiles) or
+/// prefill_wgmma_ws.cu's warp-specialised TMA pipeline (`ws`: 128 x 256 tiles, persistent blocks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WgmmaVariant {
     pub name: &'static str,
-    /// Depth of the cp.async ring (32 KB a stage).
+    /// Depth of the ring (an x tile of 128 rows and a weight tile of `bn()` rows, 128 bytes each, a stage).
     pub stages: usize,
+    pub ws: bool,
+}
+
+impl WgmmaVariant {
+    /// Output columns of one tile.
+    pub const fn bn(&self) -> usize {
+        if self.ws {
+            256
+        } else {
+            PF_BN
+        }
+    }
 }
 
 /// The wgmma GEMM instances, in `PrefillKernels::wgmma` order.
-pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 3] = [
+pub const PF_WGMMA_VARIANTS: [WgmmaVariant; 4] = [
     WgmmaVariant {
         name: "pf_wgmma_bf16_s4",
         stages: 4,
+        ws: false,
     },
     WgmmaVariant {
         name: "pf_wgmma_bf16_s6",
         stages: 6,
+        ws: false,
     },
     WgmmaVariant {
         name: "pf_wgmma_bf16_s3x2",
         stages: 3,
+        ws: false,
+    },
+    WgmmaVariant {
+        name: "pf_wgmma_bf16_ws",
+        stages: 4,
+        ws: true,
     },
 ];
 
-/// Dynamic shared memory of a wgmma GEMM with `stages` stages: an x and a weight 128-row x 128-byte tile
-/// per stage, plus the slack that aligns the ring to the 1024-byte swizzle pattern.
-pub fn pf_wgmma_smem(stages: usize) -> usize {
-    stages * 2 * 128 * 128 + 1024
+/// Dynamic shared memory of a wgmma GEMM instance: its ring, the slack that aligns the ring to the 1024-byte
+/// swizzle pattern, and for `ws` a full and an empty mbarrier per stage.
+pub const fn pf_wgmma_smem(v: WgmmaVariant) -> usize {
+    let bars = if v.ws { 16 * v.stages } else { 0 };
+    v.stages * (128 + v.bn()) * 128 + 1024 + bars
 }
 
 /// Dynamic shared memory of `pf_wgmma_fp4_expert` (`small`: `pf_wgmma_fp4_expert_s`): 1 KB alignment slack, the
@@ -149,11 +171,11 @@ pub struct PrefillKernels {
     pub moe_group: CudaFunction,
     /// The PF_WGMMA_VARIANTS of prefill_wgmma.cu: real kernels only in the sm_90a SASS of the fatbin, a
     /// trap elsewhere; see `GpuContext::has_wgmma`.
-    pub wgmma: [CudaFunction; 3],
+    pub wgmma: [CudaFunction; 4],
     /// pf_fp8_to_bf16: FP8 weights dequantised to bf16 for the bf16 wgmma GEMMs.
     pub fp8_to_bf16: CudaFunction,
     /// Whether the device granted each wgmma instance its shared memory.
-    pub wgmma_fits: [bool; 3],
+    pub wgmma_fits: [bool; 4],
     /// [pf_wgmma_fp4_expert, pf_wgmma_fp4_expert_s] (prefill_wgmma_fp4.cu): the routed FP4 experts on wgmma
     /// (tiles of up to 256 / 64 rows), real only in the sm_90a SASS like `wgmma`; whether each one's shared
     /// memory was granted.
@@ -229,14 +251,15 @@ impl PrefillKernels {
             get(PF_WGMMA_VARIANTS[0].name)?,
             get(PF_WGMMA_VARIANTS[1].name)?,
             get(PF_WGMMA_VARIANTS[2].name)?,
+            get(PF_WGMMA_VARIANTS[3].name)?,
         ];
-        let mut wgmma_fits = [false; 3];
+        let mut wgmma_fits = [false; 4];
         for ((f, v), ok) in wgmma
             .iter()
             .zip(PF_WGMMA_VARIANTS)
             .zip(wgmma_fits.iter_mut())
         {
-            *ok = fits(f, pf_wgmma_smem(v.stages));
+            *ok = fits(f, pf_wgmma_smem(v));
         }
         let wgmma_fp4 = [get("pf_wgmma_fp4_expert")?, get("pf_wgmma_fp4_expert_s")?];
         let wgmma_fp4_fits = [
@@ -452,7 +475,9 @@ mod tests {
             assert!(pf_attn_smem(k, 512) <= 227 * 1024);
         }
         assert!(pf_gemm_smem(128) * 2 <= 227 * 1024);
-        assert!(pf_wgmma_smem(6) <= 227 * 1024);
+        for v in PF_WGMMA_VARIANTS {
+            assert!(pf_wgmma_smem(v) <= 227 * 1024, "{}", v.name);
+        }
         assert!(pf_index_smem(128) <= 227 * 1024);
     }
 }

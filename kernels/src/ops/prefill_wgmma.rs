@@ -28,12 +28,13 @@ impl GpuContext {
             && self.kernels.prefill.wgmma_fp4_fits.iter().all(|&f| f)
     }
 
-    /// Prefill GEMM over the first `groups` groups of `p` with instance `variant` of `PF_WGMMA_VARIANTS`,
-    /// grid (ceil(M / 128), ceil(max n / 128), groups).
+    /// Prefill GEMM over the first `groups` groups of `p` with instance `variant` of `PF_WGMMA_VARIANTS`: the
+    /// cp.async rings on grid (ceil(M / 128), ceil(max n / 128), groups), the `ws` kernel on a persistent grid
+    /// (prefill_wgmma_ws.rs).
     ///
     /// # Safety
-    /// For g < groups: `p.x[g]` holds `M*K` bf16 and `p.w[g]` `n[g]*K` bf16, `p.out[g]` `M*n[g]` f32 (or bf16
-    /// with `out_bf16`).
+    /// For g < groups: `p.x[g]` holds `M*K` bf16 and `p.w[g]` `n[g]*K` bf16 (both 16-byte aligned), `p.out[g]`
+    /// `M*n[g]` f32 (or bf16 with `out_bf16`).
     pub unsafe fn launch_pf_wgmma(
         &self,
         s: &CudaStream,
@@ -65,6 +66,19 @@ impl GpuContext {
         check(NAME, p.n[..groups].iter().all(|&n| n > 0), || {
             format!("n {:?}", &p.n[..groups])
         })?;
+        check(
+            NAME,
+            p.x[..groups]
+                .iter()
+                .chain(&p.w[..groups])
+                .all(|a| a % 16 == 0),
+            || "x and W must be 16-byte aligned".to_string(),
+        )?;
+        let f = &self.kernels.prefill.wgmma[variant];
+        if v.ws {
+            // SAFETY: caller's contract; shapes and alignment checked above; sm_90a (has_wgmma).
+            return unsafe { self.launch_pf_wgmma_ws(s, f, *v, groups, p) };
+        }
         let nmax = p.n[..groups].iter().copied().max().unwrap_or(1) as usize;
         let c = cfg(
             (
@@ -73,10 +87,10 @@ impl GpuContext {
                 grid(NAME, groups)?,
             ),
             256,
-            pf_wgmma_smem(v.stages),
+            pf_wgmma_smem(*v),
         );
         // SAFETY: caller's contract; shapes checked above; the kernel is the sm_90a wgmma build (has_wgmma).
-        unsafe { self.launch_one(s, &self.kernels.prefill.wgmma[variant], c, p) }
+        unsafe { self.launch_one(s, f, c, p) }
     }
 
     /// Dequantises the first `groups` FP8 weights of `p` to bf16 (pf_fp8_to_bf16), any device.

@@ -1,6 +1,7 @@
-//! The Hopper prefill GEMMs (prefill_wgmma.cu) after pf_fp8_to_bf16 (the engine's path: random bf16 x, FP8
-//! weights) against the CPU reference `fp8_gemv`, with the pf_gemm tests' tolerance, on rows not a multiple
-//! of 128, N tails, K tails, several groups and bf16 output. SKIP off sm_90a fatbin builds.
+//! The Hopper prefill GEMMs (prefill_wgmma.cu, prefill_wgmma_ws.cu) after pf_fp8_to_bf16 (the engine's path:
+//! random bf16 x, FP8 weights) against the CPU reference `fp8_gemv`, with the pf_gemm tests' tolerance, on rows
+//! not a multiple of 128, N tails, K tails, several groups, bf16 output and more tiles than SMs. SKIP off sm_90a
+//! fatbin builds.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::prefill::{PfDequant, PfWgmma, PF_WGMMA_VARIANTS};
 use dsv4_kernels::{bf16, reference, GpuContext};
@@ -72,15 +73,28 @@ struct Shared<'a> {
     bf16_out: bool,
 }
 
+/// Per group: the reference output and sum |x w| (the bound's scale).
+fn references(c: &Shared<'_>, groups: &[Group]) -> Vec<(Vec<f32>, Vec<f32>)> {
+    groups
+        .iter()
+        .map(|gr| {
+            let want = reference::fp8_gemv(c.x, &gr.w, &gr.s, c.m, gr.n, c.k);
+            let absum = sum_abs(c.x, &fp8_values(&gr.w, &gr.s, gr.n, c.k), c.m, gr.n, c.k);
+            (want, absum)
+        })
+        .collect()
+}
+
 /// Runs `variant` over the groups sharing x and returns, per group, the worst error / bound against the
-/// reference, where, and rel_l2.
+/// reference `refs`, where, and rel_l2.
 fn run(
     g: &GpuContext,
     variant: usize,
     c: &Shared<'_>,
     groups: &mut [Group],
+    refs: &[(Vec<f32>, Vec<f32>)],
 ) -> Vec<(f32, usize, f64)> {
-    let (x, dx, m, k, bf16_out) = (c.x, c.dx, c.m, c.k, c.bf16_out);
+    let (dx, m, k, bf16_out) = (c.dx, c.m, c.k, c.bf16_out);
     let mut p = PfWgmma {
         m: m as i32,
         k: k as i32,
@@ -101,7 +115,8 @@ fn run(
     unsafe { g.launch_pf_wgmma(&g.stream, variant, groups.len(), &p) }.expect("launch");
     groups
         .iter()
-        .map(|gr| {
+        .zip(refs)
+        .map(|(gr, (want, absum))| {
             let raw = download(g, &gr.out);
             let got: Vec<f32> = if bf16_out {
                 bytemuck_u16(&raw)[..m * gr.n]
@@ -111,10 +126,8 @@ fn run(
             } else {
                 raw
             };
-            let want = reference::fp8_gemv(x, &gr.w, &gr.s, m, gr.n, k);
-            let absum = sum_abs(x, &fp8_values(&gr.w, &gr.s, gr.n, k), m, gr.n, k);
-            let (worst, at) = bound_ratio(&got, &want, &absum, bf16_out);
-            (worst, at, rel_l2(&got, &want))
+            let (worst, at) = bound_ratio(&got, want, absum, bf16_out);
+            (worst, at, rel_l2(&got, want))
         })
         .collect()
 }
@@ -122,12 +135,13 @@ fn run(
 /// Prints every variant's result for one case; returns the failures.
 fn report(g: &GpuContext, name: &str, c: &Shared<'_>, groups: &mut [Group]) -> Vec<String> {
     let (m, k, bf16_out) = (c.m, c.k, c.bf16_out);
+    let refs = references(c, groups);
     let mut bad = Vec::new();
     for (v, var) in PF_WGMMA_VARIANTS.iter().enumerate() {
         if !g.kernels.prefill.wgmma_fits[v] {
             continue;
         }
-        for (gi, (worst, at, l2)) in run(g, v, c, groups).into_iter().enumerate() {
+        for (gi, (worst, at, l2)) in run(g, v, c, groups, &refs).into_iter().enumerate() {
             let line = format!(
                 "{} {name} m {m} n {} k {k} group {gi} bf16_out {bf16_out}: \
                  rel_l2 {l2:.2e}, worst/bound {worst:.3} at {at}",
@@ -142,8 +156,11 @@ fn report(g: &GpuContext, name: &str, c: &Shared<'_>, groups: &mut [Group]) -> V
     bad
 }
 
-/// (m, n per group, k, bf16 output): one row, N / K tails, K below one 128-block, 8 groups, bf16 output.
-const CASES: [(usize, &[usize], usize, bool); 8] = [
+/// (m, n per group, k, bf16 output): one row, N / K tails, K below one 128-block, 8 groups, bf16 output (odd
+/// N: unpaired stores). The last two give pf_wgmma_bf16_ws more 128 x 256 tiles than an H200 has SMs, so its
+/// persistent blocks take several tiles each with the ring's stage and phase running on across them (K of 3
+/// blocks against 4 stages), over full and partial super-columns of n tiles (n 4100: 17 tiles of 256).
+const CASES: [(usize, &[usize], usize, bool); 10] = [
     (1, &[130], 64, false),
     (3, &[300, 17], 1040, false),
     (77, &[129], 272, false),
@@ -152,6 +169,8 @@ const CASES: [(usize, &[usize], usize, bool); 8] = [
     (200, &[384, 128], 4096, false),
     (300, &[96, 200, 64, 8, 136, 257, 1, 128], 512, false),
     (33, &[200], 256, true),
+    (1000, &[4100, 300], 144, false),
+    (1100, &[4097, 301], 80, true),
 ];
 
 /// Runs `case` on every CASES entry (its own seed from `seed`) and asserts no variant went over the bound.

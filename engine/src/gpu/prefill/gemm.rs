@@ -4,16 +4,41 @@ use crate::gpu::attention::{dptr, dptr_mut};
 use crate::gpu::RunnerError;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use dsv4_kernels::prefill::{PfDequant, PfGemm, PfKperm, PfWeights, PfWgmma, PF_GROUPS};
-use dsv4_kernels::{GpuContext, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM};
+use dsv4_kernels::{GpuContext, PF_WGMMA_BM, PF_WGMMA_FP4_BM, PF_WGMMA_FP4_SMALL_BM};
 
 use super::attn::Call;
 
 /// Fewest rows for which a dense FP8 GEMM takes the wgmma path (dequantising the weights costs about as
 /// much as a GEMM of a few dozen rows; kernels/BENCH_NOTES.md "Prefill wgmma").
 pub const WGMMA_MIN_ROWS: usize = 256;
-/// The bf16 wgmma instance the engine uses (index into `PF_WGMMA_VARIANTS`): pf_wgmma_bf16_s6, the fastest
-/// bf16 ring at both 1K and 8K rows (kbench pf).
-pub const WGMMA_VARIANT: usize = 1;
+/// The bf16 wgmma instances the engine uses (indices into `PF_WGMMA_VARIANTS`): pf_wgmma_bf16_ws (128 x 256
+/// tiles, warp-specialised TMA pipeline) unless its tiles would fill at most half the SMs, where
+/// pf_wgmma_bf16_s6 (128 x 128 tiles) still runs in one wave with twice the blocks. kbench pf (H200, 1024 rows):
+/// 48 ws tiles (wq_a+wkv) ws 47.0 us vs s6 31.1; 128 ws tiles (wo_b, shared w1+w3, w2) ws 16-24% faster;
+/// kernels/BENCH_NOTES.md "pf_wgmma_bf16_ws".
+pub const WGMMA_WS: usize = 3;
+pub const WGMMA_S6: usize = 1;
+
+/// The wgmma instance for a launch of `rows` rows over `jobs`. `DSV4_PF_GEMM` = `s6` / `ws` fixes it (an A/B
+/// switch for benches; read once).
+fn wgmma_variant(ctx: &GpuContext, rows: usize, jobs: &[Job]) -> usize {
+    static FIXED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed = FIXED.get_or_init(|| match std::env::var("DSV4_PF_GEMM").as_deref() {
+        Ok("s6") => Some(WGMMA_S6),
+        Ok("ws") => Some(WGMMA_WS),
+        _ => None,
+    });
+    let bn = dsv4_kernels::prefill::PF_WGMMA_VARIANTS[WGMMA_WS].bn();
+    let tiles: usize = jobs
+        .iter()
+        .map(|j| rows.div_ceil(PF_WGMMA_BM) * j.n.div_ceil(bn))
+        .sum();
+    fixed.unwrap_or(if 2 * tiles > ctx.info.sm_count as usize {
+        WGMMA_WS
+    } else {
+        WGMMA_S6
+    })
+}
 
 /// Fewest rows for which the routed experts take the wgmma kernel (prefill_wgmma_fp4.cu; it reads each
 /// expert's weights once per 256 rows where pf_gemm_fp4_expert converts them once per 64 or 128).
@@ -165,7 +190,7 @@ pub fn dense(
         }
         // SAFETY: every Job was built by the caller from buffers holding rows x k bf16 inputs, n x k bf16
         // weights and rows x n outputs of the declared type.
-        unsafe { ctx.launch_pf_wgmma(s, WGMMA_VARIANT, jobs.len(), &p) }?;
+        unsafe { ctx.launch_pf_wgmma(s, wgmma_variant(ctx, rows, jobs), jobs.len(), &p) }?;
         return Ok(());
     }
     let mut p = params(k, out_bf16, jobs)?;
@@ -179,8 +204,8 @@ pub fn dense(
 
 /// Dense GEMM of FP8 weights (bf16 x, as `dense`). On an sm_90a fatbin device with the workspace's scratch
 /// (`c.wbf`) and at least WGMMA_MIN_ROWS rows: the weights dequantised to bf16 (pf_fp8_to_bf16, exact: the
-/// same bf16 weights pf_gemm converts to in shared memory), then bf16 wgmma (prefill_wgmma.cu): the same
-/// products, f32 accumulation. Otherwise pf_gemm.
+/// same bf16 weights pf_gemm converts to in shared memory), then bf16 wgmma (`wgmma_variant`: prefill_wgmma_ws.cu
+/// or prefill_wgmma.cu's s6): the same products, f32 accumulation. Otherwise pf_gemm.
 pub fn fp8(
     c: &Call<'_>,
     rows: usize,
@@ -216,7 +241,10 @@ pub fn fp8(
     unsafe { c.ctx.launch_pf_fp8_to_bf16(c.s, jobs.len(), &d) }?;
     // SAFETY: x holds rows x k bf16 (the caller's Job), the scratch the n x k bf16 weights just written,
     // out rows x n outputs of the declared type.
-    unsafe { c.ctx.launch_pf_wgmma(c.s, WGMMA_VARIANT, jobs.len(), &p) }?;
+    unsafe {
+        c.ctx
+            .launch_pf_wgmma(c.s, wgmma_variant(c.ctx, rows, jobs), jobs.len(), &p)
+    }?;
     Ok(())
 }
 
@@ -296,8 +324,12 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_uses_the_six_stage_wgmma_instance() {
-        let v = dsv4_kernels::prefill::PF_WGMMA_VARIANTS[super::WGMMA_VARIANT];
-        assert_eq!((v.name, v.stages), ("pf_wgmma_bf16_s6", 6));
+    fn the_engine_uses_the_ws_and_six_stage_wgmma_instances() {
+        let v = dsv4_kernels::prefill::PF_WGMMA_VARIANTS;
+        assert_eq!(
+            (v[super::WGMMA_S6].name, v[super::WGMMA_S6].stages),
+            ("pf_wgmma_bf16_s6", 6)
+        );
+        assert_eq!(v[super::WGMMA_WS].name, "pf_wgmma_bf16_ws");
     }
 }
