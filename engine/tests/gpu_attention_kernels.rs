@@ -1,39 +1,19 @@
 //! The attention kernels at the full-size shapes the tiny models never reach, against plain f64 CPU
 //! references: the split sparse attention + merge (64 heads x 512, 4 head groups, many splits, window + CSA
-//! selection / HCA / window only), the tensor-core indexer scores (64 heads x 128, entries not a multiple of
-//! 16) and the top-k (shared-memory and L2 paths, with ties). Skips without a GPU.
+//! selection / HCA / window only) and the tensor-core indexer scores (64 heads x 128, entries not a multiple
+//! of 16); the top-k is in gpu_attention_topk.rs. Skips without a GPU.
 use dsv4_kernels::attn::*;
-use dsv4_kernels::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
-use dsv4_kernels::{bf16, Gpu, GpuContext};
+use dsv4_kernels::{bf16, GpuContext};
+
+mod gpu_kernel_util;
+use gpu_kernel_util::{addr, addr_mut, rnd};
 
 fn gpu() -> Option<GpuContext> {
-    match Gpu::probe() {
-        Ok(Some(_)) => Some(GpuContext::new(0).expect("GPU context")),
-        other => {
-            eprintln!("SKIP gpu_attention_kernels: no usable GPU ({other:?})");
-            None
-        }
-    }
-}
-
-/// Deterministic values in [-1, 1).
-fn rnd(i: usize, seed: usize) -> f32 {
-    let mut z = (i as u64) ^ ((seed as u64) << 40) ^ 0x9e37_79b9_7f4a_7c15;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z >> 40) as f32 / 16_777_216.0) * 2.0 - 1.0
+    gpu_kernel_util::gpu("gpu_attention_kernels")
 }
 
 fn bf16s(n: usize, seed: usize, amp: f32) -> Vec<bf16> {
     (0..n).map(|i| bf16::from_f32(rnd(i, seed) * amp)).collect()
-}
-
-fn addr<T>(ctx: &GpuContext, b: &CudaSlice<T>) -> u64 {
-    b.device_ptr(&ctx.stream).0
-}
-
-fn addr_mut<T>(ctx: &GpuContext, b: &mut CudaSlice<T>) -> u64 {
-    b.device_ptr_mut(&ctx.stream).0
 }
 
 const HEADS: usize = 64;
@@ -330,56 +310,4 @@ fn index_scores_full_size_match_cpu() {
     }
     println!("index scores 64 x 128, n 1000 / 525: worst {worst:.3} of the bound");
     assert!(worst <= 1.0);
-}
-
-/// CPU top-k: the k largest (ties to the lower index), in ascending index order.
-fn topk_reference(scores: &[f32], k: usize) -> Vec<i32> {
-    let mut idx: Vec<usize> = (0..scores.len()).collect();
-    idx.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-    let mut sel: Vec<i32> = idx[..k].iter().map(|&i| i as i32).collect();
-    sel.sort_unstable();
-    sel
-}
-
-#[test]
-fn index_topk_matches_cpu_with_ties() {
-    let Some(ctx) = gpu() else { return };
-    let s = &ctx.stream;
-    let k = 512usize;
-    // cap 16390 (the bench's 64K context: keys in shared memory), the largest staged cap (padded slots up
-    // to the shared-memory limit) and 30000 (read from L2 every pass).
-    let most = dsv4_kernels::attn::TOPK_STAGED_MAX;
-    for (cap, pos) in [
-        (16390usize, 65561i32),
-        (most, 4 * most as i32 - 1),
-        (30000, 119_999),
-    ] {
-        let n = ((pos as usize + 1) / 4).min(cap);
-        // Coarse values so that many scores tie, negatives and zeros included.
-        let scores: Vec<f32> = (0..cap)
-            .map(|i| (rnd(i, 21) * 40.0).round() / 8.0)
-            .collect();
-        let (dsc, dslot, dpos) = (
-            s.clone_htod(&scores).expect("scores"),
-            s.clone_htod(&[0i32]).expect("slot"),
-            s.clone_htod(&[pos]).expect("pos"),
-        );
-        let mut sel = s.alloc_zeros::<i32>(k).expect("sel");
-        let p = AttnIndexTopk {
-            scores: addr(&ctx, &dsc),
-            slots: addr(&ctx, &dslot),
-            positions: addr(&ctx, &dpos),
-            sel: addr_mut(&ctx, &mut sel),
-            cap: cap as i32,
-            ratio: 4,
-            k: k as i32,
-            staged: 0,
-        };
-        // SAFETY: scores [1, cap], one row (slot 0), sel k ints.
-        unsafe { ctx.launch_attn_index_topk(s, 1, &p) }.expect("topk");
-        let got = s.clone_dtoh(&sel).expect("dtoh");
-        let want = topk_reference(&scores[..n], k);
-        println!("top-k cap {cap} n {n}: equal {}", got == want);
-        assert_eq!(got, want, "cap {cap}");
-    }
 }

@@ -1,4 +1,4 @@
-// Lightning indexer, decode (spec 2.6): scores of the LIVE compressed entries and their top-k.
+// Lightning indexer, decode (spec 2.6): scores of the LIVE compressed entries.
 //
 // attn_index_score: score[slot, w] = scale * sum_j wts[row, j] * ReLU(<q[row, j], K[slot, w]>) for
 //   w < n = (pos + 1) / ratio (only live entries: the cost grows with the context, not the capacity). Rows with
@@ -12,21 +12,9 @@
 //   The epilogue weighs ReLU(dot) per head and sums the heads in-thread, then over the 4 lanes of a row.
 //   Launch: grid (blocks, rows), block 128; warps take 16-entry tiles (blockIdx.x * 4 + warp) + i * 4 *
 //   gridDim.x. heads <= 64, dim % 32 == 0, dim <= 128.
-// attn_index_topk: the indices of the k largest scores of each row (all n when n <= k), ascending index
-//   order, ties at the threshold broken towards lower indices (the CPU reference's rule). Radix select on the
-//   order-preserving u32 image of the f32 scores: up to 4 passes of 8 bits (256-bin shared histogram with
-//   warp-aggregated atomics; the bin holding the k-th largest found by a parallel suffix scan), stopping
-//   early once the chosen bin is taken whole; then one ordered pass where each thread owns a contiguous
-//   segment (two block scans: ties before the threshold, then output positions). Deterministic. The keys
-//   are staged once in dynamic shared memory (one padding word per 32 keys, see topk_slot) when cap <=
-//   TOPK_STAGED_MAX (attn_params.rs: within sm_120's 99 KB), else every pass reads the scores again (L2).
-//   Launch: grid rows, block 1024; k <= 1024.
+// attn_index_topk (the top-k of these scores) is in attn_topk.cu.
 // Variants (H200, B1, eager with ~5 us launch gaps): v1 CUDA-core scoring (lane = head, f32 FMA) 15 us at
-//   pos 4095, 41 us at 65534; v1 top-k (serial 256-bin scans in one thread, two 3-barrier scans per 1024
-//   scores) 28 / 52 us. v2 (this): scoring 8.4 / 9.0 us; top-k 8.6 / 39 us with the keys read from L2 every
-//   pass, 34 us staged in shared memory. Next for 64K: the 4 histogram passes over 16K keys in one block
-//   (match_any + shared atomics per key) are what is left; compact the candidates after each pass, or
-//   split the row over several blocks.
+//   pos 4095, 41 us at 65534. v2 (this): 8.4 / 9.0 us.
 #include "common.cuh"
 
 #define IX_MAX_HEADS 64
@@ -105,140 +93,5 @@ extern "C" __global__ void __launch_bounds__(128) attn_index_score(AttnIndexScor
             if (e0 < n) out[e0] = s0;
             if (e1 < n) out[e1] = s1;
         }
-    }
-}
-
-struct AttnIndexTopk {
-    const float* scores;
-    const int* slots;
-    const int* positions;
-    int* sel;  // [rows, k]
-    int cap, ratio, k;
-    int staged;  // 1: the launcher gave cap u32 of dynamic shared memory for the keys
-};
-
-__device__ __forceinline__ u32 attn_order_key(float f) {
-    const u32 b = __float_as_uint(f);
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// Exclusive prefix over the block (thread order) of v >= 0; returns it and sets *total. `sh` >= 33 ints.
-__device__ __forceinline__ int attn_block_scan(int v, int* sh, int* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int y = __shfl_up_sync(0xffffffffu, x, o);
-        if (lane >= o) x += y;
-    }
-    __syncthreads();  // sh may still be read by a previous scan
-    if (lane == 31) sh[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        int w = lane < nw ? sh[lane] : 0;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, w, o);
-            if (lane >= o) w += y;
-        }
-        if (lane < nw) sh[lane] = w;  // inclusive warp totals
-    }
-    __syncthreads();
-    *total = sh[nw - 1];
-    return (warp > 0 ? sh[warp - 1] : 0) + x - v;
-}
-
-// Shared-memory slot of staged key i: one padding word per 32 keys, so that the ordered pass, where thread t
-// reads its contiguous segment t * seg + j, hits 32 distinct banks (at 64K context seg = 16 made that a
-// 16-way bank conflict on every read of both segment loops).
-__device__ __forceinline__ int topk_slot(int i) { return i + (i >> 5); }
-
-extern "C" __global__ void __launch_bounds__(1024) attn_index_topk(AttnIndexTopk p) {
-    extern __shared__ u32 keys_s[];  // order keys at topk_slot(i) when p.staged
-    __shared__ int hist[256];
-    __shared__ int sh[33];
-    __shared__ u32 chosen[3];
-    pdl_trigger();
-    pdl_wait();
-    const int row = blockIdx.x, lane = threadIdx.x & 31;
-    int n = (p.positions[row] + 1) / p.ratio;
-    n = n < p.cap ? n : p.cap;
-    int* sel = p.sel + (u64)row * p.k;
-    if (n <= p.k) {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) sel[i] = i;
-        return;
-    }
-    const float* s = p.scores + (u64)p.slots[row] * p.cap;
-    // Every pass below reads all n keys: stage them once (coalesced, independent loads) when they fit.
-    const bool staged = p.staged != 0;
-    if (staged) {
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n; i += blockDim.x) keys_s[topk_slot(i)] = attn_order_key(__ldcg(s + i));
-        __syncthreads();
-    }
-    auto key = [&](int i) -> u32 { return staged ? keys_s[topk_slot(i)] : attn_order_key(__ldcg(s + i)); };
-    u32 prefix = 0, mask = 0;
-    int remaining = p.k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-        __syncthreads();
-        for (int c = 0; c < n; c += blockDim.x) {
-            const int i = c + threadIdx.x;
-            const u32 u = i < n ? key(i) : 0u;
-            const bool in = i < n && (u & mask) == prefix;
-            const int bin = in ? (int)((u >> shift) & 255u) : -1 - lane;  // distinct dummies never match
-            const u32 peers = __match_any_sync(0xffffffffu, bin);
-            if (in && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
-        }
-        __syncthreads();
-        // Suffix counts: thread d < 256 (warps 0-7) finds the bin where the count from the top reaches
-        // `remaining`; that bin is unique.
-        if (threadIdx.x < 256) {
-            const int d = 255 - threadIdx.x;  // thread order = descending bins
-            const int h = hist[d];
-            int x = h;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int y = __shfl_up_sync(0xffffffffu, x, o);
-                if (lane >= o) x += y;
-            }
-            if (lane == 31) sh[threadIdx.x >> 5] = x;
-            asm volatile("bar.sync 1, 256;" ::: "memory");
-            int above = 0;
-            for (int w = 0; w < (int)(threadIdx.x >> 5); ++w) above += sh[w];
-            const int incl = above + x;  // count of bins >= d
-            if (incl >= remaining && incl - h < remaining) {
-                chosen[0] = (u32)d;
-                chosen[1] = (u32)(remaining - (incl - h));
-                chosen[2] = (u32)h;
-            }
-        }
-        __syncthreads();
-        prefix |= chosen[0] << shift;
-        mask |= 255u << shift;
-        const bool whole = (int)chosen[1] == (int)chosen[2];  // every score in the bin is taken
-        remaining = (int)chosen[1];
-        __syncthreads();
-        if (whole) break;
-    }
-    // prefix (on the bits of mask) is the k-th largest key; take everything above it and the first
-    // `remaining` equal to it. Thread i owns scores [i * seg, (i + 1) * seg).
-    const int seg = (n + blockDim.x - 1) / blockDim.x;
-    const int i0 = min((int)threadIdx.x * seg, n), i1 = min(i0 + seg, n);
-    int gt = 0, eq = 0;
-    for (int i = i0; i < i1; ++i) {
-        const u32 u = key(i) & mask;
-        gt += u > prefix ? 1 : 0;
-        eq += u == prefix ? 1 : 0;
-    }
-    int eq_total, take_total;
-    const int eq_before = attn_block_scan(eq, sh, &eq_total);
-    const int eq_take = min(max(remaining - eq_before, 0), eq);
-    int at = attn_block_scan(gt + eq_take, sh, &take_total);
-    int eq_seen = 0;
-    for (int i = i0; i < i1; ++i) {
-        const u32 u = key(i) & mask;
-        const bool take = u > prefix || (u == prefix && eq_seen++ < eq_take);
-        if (take) sel[at++] = i;
     }
 }

@@ -211,7 +211,7 @@ impl GpuContext {
     }
 
     /// # Safety
-    /// Addresses as documented in attn_index.cu for `rows` rows; `p.sel` holds `rows*k` ints.
+    /// Addresses as documented in attn_topk.cu for `rows` rows; `p.sel` holds `rows*k` ints.
     pub unsafe fn launch_attn_index_topk(
         &self,
         s: &CudaStream,
@@ -221,19 +221,9 @@ impl GpuContext {
         check(NAME, p.k > 0 && p.k as usize <= TOPK_MAX, || {
             format!("topk {}", p.k)
         })?;
-        let cap = p.cap.max(0) as usize;
-        let staged = cap <= TOPK_STAGED_MAX;
-        let q = AttnIndexTopk {
-            staged: i32::from(staged),
-            ..*p
-        };
-        let c = cfg(
-            (grid(NAME, rows)?, 1, 1),
-            1024,
-            if staged { topk_staged_bytes(cap) } else { 0 },
-        );
-        // SAFETY: caller's contract; the kernel stages at most cap keys in the shared memory given here.
-        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, &q) }
+        let c = cfg((grid(NAME, rows)?, 1, 1), 1024, 0);
+        // SAFETY: caller's contract; the kernel's shared memory is static.
+        unsafe { self.launch_one(s, &self.kernels.attn.index_topk, c, p) }
     }
 
     /// # Safety

@@ -25,17 +25,14 @@ pub const VEC_MAX: usize = 512;
 /// Limits of `attn_index_score`.
 pub const INDEX_MAX_HEADS: usize = 64;
 pub const INDEX_MAX_DIM: usize = 128;
-/// Largest top-k of `attn_index_topk`.
+/// Largest top-k of `attn_index_topk` (cuda/attn_topk.cu: its filter takes 2048 group maxima, >= 2 k).
 pub const TOPK_MAX: usize = 1024;
-/// Most scores per row that `attn_index_topk` stages in shared memory: with one padding word per 32 keys
-/// ([`topk_staged_bytes`]) and the kernel's ~1.2 KB of static shared memory, within the 99 KB a block may
-/// have on sm_120.
-pub const TOPK_STAGED_MAX: usize = 24064;
-
-/// Dynamic shared memory of `attn_index_topk` staging `cap` keys (attn_index.cu `topk_slot`).
-pub fn topk_staged_bytes(cap: usize) -> usize {
-    4 * (cap + cap / 32 + 1)
-}
+/// Scores per row up to which `attn_index_topk` selects over all of them in shared memory; longer rows go
+/// through its filter first (`TOPK_CAND` in cuda/attn_topk.cu).
+pub const TOPK_DIRECT_MAX: usize = 4096;
+/// Scores per row whose filter pass keeps them in registers (`TOPK_THREADS * TOPK_REG_ROUNDS`); later ones
+/// are read again from L2.
+pub const TOPK_REGISTER_MAX: usize = 18432;
 /// Largest split count of `attn_sparse_merge`.
 pub const SPLITS_MAX: usize = 64;
 /// Heads per block of `attn_sparse_partial`.
@@ -66,8 +63,6 @@ pub fn sparse_smem_bytes(dim: usize) -> usize {
 impl AttnKernels {
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let get = |name: &'static str| super::kernel(module, name);
-        let index_topk = get("attn_index_topk")?;
-        opt_in_smem(&index_topk, topk_staged_bytes(TOPK_STAGED_MAX))?;
         let sparse_partial = get("attn_sparse_partial")?;
         // 52.4 KB at dim 512: above the 48 KB default, so opt in once here.
         opt_in_smem(&sparse_partial, sparse_smem_bytes(VEC_MAX))?;
@@ -78,7 +73,7 @@ impl AttnKernels {
             vec_prep_small: get("attn_vec_prep_small")?,
             compress: get("attn_compress")?,
             index_score: get("attn_index_score")?,
-            index_topk,
+            index_topk: get("attn_index_topk")?,
             sparse_partial,
             sparse_merge: get("attn_sparse_merge")?,
             fill_f32: get("attn_fill_f32")?,
@@ -240,7 +235,7 @@ pub struct AttnIndexTopk {
     pub cap: i32,
     pub ratio: i32,
     pub k: i32,
-    /// Set by the launcher (whether the keys fit in shared memory); callers leave it 0.
+    /// Unused since attn_topk.cu's filter (was: keys staged in shared memory); callers leave it 0.
     pub staged: i32,
 }
 
