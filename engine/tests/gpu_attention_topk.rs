@@ -98,7 +98,7 @@ fn run_topk(
         cap: cap as i32,
         ratio: 4,
         k: k as i32,
-        staged: 0,
+        pad: 0,
     };
     // SAFETY: scores [slots, cap] with every slot id < scores.len() / cap; sel rows x k ints.
     unsafe { ctx.launch_attn_index_topk(s, rows, &p) }.expect("topk");

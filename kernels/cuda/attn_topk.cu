@@ -39,7 +39,7 @@ struct AttnIndexTopk {
     const int* positions;
     int* sel;  // [rows, k]
     int cap, ratio, k;
-    int staged;  // unused (v2's staging flag); callers leave it 0
+    int pad;
 };
 
 __device__ __forceinline__ u32 attn_order_key(float f) {

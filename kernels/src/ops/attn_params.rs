@@ -235,8 +235,8 @@ pub struct AttnIndexTopk {
     pub cap: i32,
     pub ratio: i32,
     pub k: i32,
-    /// Unused since attn_topk.cu's filter (was: keys staged in shared memory); callers leave it 0.
-    pub staged: i32,
+    /// Padding (the C struct's last int).
+    pub pad: i32,
 }
 
 #[repr(C)]

@@ -153,7 +153,7 @@ pub(super) fn indexer(
         cap,
         ratio: ix.comp.ratio as i32,
         k,
-        staged: 0,
+        pad: 0,
     };
     // SAFETY: scores [slots, cap]; sel holds max_rows x index_topk ints.
     unsafe { st.ctx.launch_attn_index_topk(s, rows, &p) }?;

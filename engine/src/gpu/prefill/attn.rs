@@ -269,7 +269,7 @@ fn indexer(
             cap,
             ratio: ix.comp.ratio as i32,
             k,
-            staged: 0,
+            pad: 0,
         };
         // SAFETY: row i of the group reads score row rowid[i] = i of `scores` (cap wide) and its position,
         // and writes k ints of sel at row g.begin + i.
