@@ -15,3 +15,9 @@ for t in "$1"/gpu_prefill-* "$1"/gpu_model-* "$1"/gpu_golden_v4-*; do
   DSV4_PF_WGMMA=all timeout 120 "$t" --test-threads=1 --nocapture 2>&1 | grep -vE "^test .* \.\.\. ok$|^running|^$" | tail -20
   echo "rc=${PIPESTATUS[0]}"
 done
+# The same with every dense GEMM on the warp-specialised kernel (the default keeps launches of few tiles on s6).
+for t in "$1"/gpu_prefill-* "$1"/gpu_model-*; do
+  echo "=== $(basename "$t") DSV4_PF_WGMMA=all DSV4_PF_GEMM=ws"
+  DSV4_PF_WGMMA=all DSV4_PF_GEMM=ws timeout 120 "$t" --test-threads=1 --nocapture 2>&1 | grep -vE "^test .* \.\.\. ok$|^running|^$" | tail -20
+  echo "rc=${PIPESTATUS[0]}"
+done
