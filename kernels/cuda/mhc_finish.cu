@@ -43,13 +43,19 @@ __device__ __forceinline__ float mhc_block_sum(float v, float* sh) {
 
 // FP8 fake quantisation (spec 5 act_quant, f32 in) of the 4 values a lane holds of one 128-block; invalid
 // values are 0. Also used by moe_route.cu.
-__device__ __forceinline__ void fq_block(float* v) {
+// The biased exponent se of that block's scale s = 2^(se - 127): the power of two at or above amax / 448 over
+// the warp's 4 x 32 values (amax at least 1e-4). Shared with pf_swiglu_kperm (prefill_swiglu.cu).
+__device__ __forceinline__ u32 fq_scale_exp(const float* v) {
     float amax = 0.f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[q]));
     amax = fmaxf(warp_max(amax), 1e-4f);
     const u32 rb = __float_as_uint(amax / 448.0f);
-    const u32 se = ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
+    return ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
+}
+
+__device__ __forceinline__ void fq_block(float* v) {
+    const u32 se = fq_scale_exp(v);
     const float s = __uint_as_float(se << 23);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {

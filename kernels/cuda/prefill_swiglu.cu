@@ -46,12 +46,7 @@ struct PfSwiglu {
 // NaN stay NaN). The e4m3 round trip runs on value pairs in hardware (the clamped c is never NaN, so no NaN code;
 // every finite e4m3 value is exact in f16, hence in f32), then the same product with s.
 __device__ __forceinline__ void pfs_quant(float* v) {
-    float amax = 0.f;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fabsf(v[q]));
-    amax = fmaxf(warp_max(amax), 1e-4f);
-    const u32 rb = __float_as_uint(amax / 448.0f);
-    const u32 se = ((rb >> 23) & 0xffu) + ((rb & 0x7fffffu) != 0u ? 1u : 0u);
+    const u32 se = fq_scale_exp(v);
     const float s = __uint_as_float(se << 23);
     const float rs = se <= 253u ? __uint_as_float((254u - se) << 23) : se == 254u ? __uint_as_float(0x00400000u) : 0.f;
 #pragma unroll
