@@ -3,7 +3,7 @@
 //! (`kbench fp4 [B,..]`: routed experts only; `kbench pf [M,..]`: the dense FP8 prefill GEMMs, see kbench_pf;
 //! `kbench pfexp [M,..]`: the prefill's routed FP4 experts, kbench_pf/experts.rs; `kbench pfattn [M,..]`: the
 //! prefill attention kernels, kbench_pf/attn.rs; `kbench hc [M,..]`: the prefill's mHC launches,
-//! kbench_pf/hc.rs).
+//! kbench_pf/hc.rs; `kbench launch [N]`: the cost of one dependent launch, kbench_pf/launch.rs).
 use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
@@ -15,6 +15,8 @@ use dsv4_kernels::{
 
 #[path = "kbench_pf/hc.rs"]
 mod hc;
+#[path = "kbench_pf/launch.rs"]
+mod launch;
 #[path = "kbench_pf/mod.rs"]
 mod pf;
 #[path = "kbench_pf/attn.rs"]
@@ -418,6 +420,7 @@ fn main() -> R<()> {
         Some("pfattn") => return pfattn::bench(&g, &rows_arg()?),
         Some("pfattn-once") => return pfattn::once(&g, arg(2).unwrap_or_default().parse()?),
         Some("hc") => return hc::bench(&g, &rows_arg()?),
+        Some("launch") => return launch::bench(&g, arg(2).map_or(Ok(1000), |v| v.parse())?),
         _ => {}
     }
     let copy = copy_gbs(&g)?;
