@@ -57,7 +57,7 @@ pub fn bench(g: &GpuContext, n: usize) -> R<()> {
     let module = g.ctx.load_module(compile_ptx(PROBE)?)?;
     let f = module.load_function("probe_bump")?;
     let mut c = g.stream.alloc_zeros::<i32>(1)?;
-    let sms = g.info.sm_count as u32;
+    let sms = g.info.sm_count;
     println!("| launches | blocks | eager us/launch | graph us/launch |\n|---|---|---|---|");
     for blocks in [1, 4 * sms] {
         let eager = run_ms(g, || queue(g, &f, &mut c, n, blocks))?;
