@@ -9,6 +9,7 @@ mod moe_route;
 mod norm_quant;
 mod prefill_attn;
 mod prefill_gemm;
+mod prefill_index;
 mod prefill_swiglu;
 mod prefill_wgmma;
 mod prefill_wgmma_fp4;

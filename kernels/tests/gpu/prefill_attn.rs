@@ -1,13 +1,11 @@
-//! Prefill attention, indexer scores, compressor pooling + state, and the ring write against the CPU
-//! references, on calls of several sequences (segments) that start mid-window with history in the ring and
+//! Prefill attention, compressor pooling + state, and the ring write against the CPU references (the indexer
+//! scores: prefill_index.rs), on calls of several sequences (segments) that start mid-window with history in the ring and
 //! the compressor state, odd lengths, single-token segments.
-use dsv4_kernels::attn::{CompressHead, CompressTail, IndexScoreCore};
+use dsv4_kernels::attn::{CompressHead, CompressTail};
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::prefill::{
-    PfAttn, PfCompress, PfIndexScore, PfRing, PF_ATTN_DIMS, PF_ATTN_KINDS,
-};
+use dsv4_kernels::prefill::{PfAttn, PfCompress, PfRing, PF_ATTN_DIMS, PF_ATTN_KINDS};
 use dsv4_kernels::reference::prefill::{
-    compress_decode, index_scores, rmsnorm_f32, sparse_attention, CompShape, PfAttnShape, PfRows,
+    compress_decode, rmsnorm_f32, sparse_attention, CompShape, PfAttnShape, PfRows,
 };
 use dsv4_kernels::{bf16, GpuContext};
 use rand::Rng;
@@ -16,7 +14,7 @@ use crate::common::*;
 use crate::prefill_gemm::dp;
 
 /// Rows of a call feeding `(slot, pos0, len)` segments in order.
-fn rows_of(segs: &[(usize, usize, usize)]) -> PfRows {
+pub(crate) fn rows_of(segs: &[(usize, usize, usize)]) -> PfRows {
     let mut r = PfRows::default();
     let mut row = 0;
     for &(slot, p0, len) in segs {
@@ -35,7 +33,7 @@ fn to_f32(v: &[u16]) -> Vec<f32> {
     v.iter().map(|&b| bf16::from_bits(b).to_f32()).collect()
 }
 
-fn bits(v: &[bf16]) -> Vec<u16> {
+pub(crate) fn bits(v: &[bf16]) -> Vec<u16> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
@@ -202,88 +200,6 @@ fn pf_attention_matches_reference() {
     attn_case(&g, 7, real(4, 64, 37), &[(0, 100, 70), (1, 0, 3)], true);
     attn_case(&g, 8, real(128, 2, 8), &[(1, 120, 50)], false);
     attn_case(&g, 9, real(0, 0, 8), &[(0, 126, 5), (2, 0, 130)], false);
-}
-
-#[test]
-fn pf_index_scores_match_reference() {
-    let Some(g) = gpu() else { return };
-    for (seed, heads, dim, k) in [(1u64, 16usize, 64usize, 8usize), (2, 64, 128, 40)] {
-        let mut r = rng(seed);
-        let (ratio, cap) = (4, 400);
-        let segs = [(0, 0, 300), (1, 1000, 7), (2, 3, 20)];
-        let rows = rows_of(&segs);
-        let n = rows.positions.len();
-        let stride = heads + 3;
-        let q = rand_bf16(&mut r, n * heads * dim);
-        let wts: Vec<f32> = (0..n * stride)
-            .map(|_| r.random_range(-1.0f32..1.0))
-            .collect();
-        let keys = rand_bf16(&mut r, 3 * cap * dim);
-        let scale = ((heads * dim) as f32).powf(-0.5);
-        let (dq, dw, dk) = (
-            upload(&g, &bits(&q)),
-            upload(&g, &wts),
-            upload(&g, &bits(&keys)),
-        );
-        let (dsl, dpos) = (upload(&g, &rows.slots), upload(&g, &rows.positions));
-        // Two row groups, as the runner scores a long call group by group; then the rows again from row 1, so
-        // that every block pairs each row with its other neighbour: a row's bits must not depend on its partner.
-        let mut first: Vec<Vec<f32>> = vec![Vec::new(); n];
-        for (begin, len) in [(0usize, 150usize), (150, n - 150), (1, n - 1)] {
-            let scores: CudaSlice<f32> = upload(&g, &vec![f32::NAN; len * cap]);
-            let p = PfIndexScore {
-                core: IndexScoreCore {
-                    q: dp(&g, &dq),
-                    wts: dp(&g, &dw),
-                    keys: dp(&g, &dk),
-                    slots: dp(&g, &dsl),
-                    positions: dp(&g, &dpos),
-                    scores: dp(&g, &scores),
-                    wts_stride: stride as i32,
-                    heads: heads as i32,
-                    dim: dim as i32,
-                    cap: cap as i32,
-                    ratio: ratio as i32,
-                    k: k as i32,
-                },
-                row_begin: begin as i32,
-                scale,
-                ..Default::default()
-            };
-            // SAFETY: q/wts/positions/slots cover every row, keys [3, cap, dim], scores len x cap.
-            unsafe { g.launch_pf_index_score(&g.stream, 3, len, &p) }.expect("launch");
-            let got = download(&g, &scores);
-            let mut checked = 0;
-            for i in 0..len {
-                let rr = begin + i;
-                let want = index_scores(
-                    &rows, rr, &q, &wts, stride, &keys, heads, dim, cap, ratio, k, scale,
-                );
-                let gr = &got[i * cap..i * cap + want.len()];
-                if begin == 1 {
-                    let same = gr
-                        .iter()
-                        .zip(&first[rr])
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "row {rr}: scores differ with another partner row");
-                } else {
-                    first[rr] = gr.to_vec();
-                }
-                let bound: f32 = 2e-5 * want.iter().map(|v| v.abs()).fold(1.0, f32::max);
-                for (w, (a, b)) in gr.iter().zip(&want).enumerate() {
-                    assert!(
-                        (a - b).abs() <= bound + 1e-5 * b.abs(),
-                        "row {rr} entry {w}: got {a} want {b}"
-                    );
-                }
-                checked += want.len();
-            }
-            println!(
-                "pf_index_score heads {heads} dim {dim} rows {begin}..{}: {checked} scores checked",
-                begin + len
-            );
-        }
-    }
 }
 
 /// A compressor's call: host decode emulation vs pf_compress_pool + pf_compress_state.
