@@ -111,9 +111,10 @@ fn run_cpu_split(case: &Case, ranks: usize, mode: SplitMode, numerics: Numerics)
 }
 
 /// Raw gates for a split run against another run of the same model (the one-GPU runner, or the CPU split
-/// model on the decode paths): reference numerics argmax agreement >= 0.95 over every row and median cosine
-/// >= 0.999; official numerics the golden README's smoke gate (one reassociated sum can flip an FP8/FP4
-/// rounding that then grows, see gpu_model.rs). Prefills against the CPU take `check_prefill_vs_cpu`.
+/// model on the decode paths): reference numerics argmax agreement of at least 0.95 over every row and a
+/// median cosine of at least 0.999; official numerics the golden README's smoke gate (one reassociated sum
+/// can flip an FP8/FP4 rounding that then grows, see gpu_model.rs). Prefills against the CPU take
+/// `check_prefill_vs_cpu`.
 fn check_close(what: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32>]) {
     let (agree, median, min) = compare(got, want);
     let (dmed, _) = official_smoke(got, want);
