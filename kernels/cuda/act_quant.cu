@@ -23,7 +23,6 @@ __device__ __forceinline__ float e4m3_to_f32(u32 c) {
 
 extern "C" __global__ void __launch_bounds__(256) act_quant_bf16(const u16* x, int nblocks, int G, u8* q,
                                                                  float* scales, u16* deq) {
-    pdl_trigger();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int blk = blockIdx.x * 8 + (threadIdx.x >> 5);

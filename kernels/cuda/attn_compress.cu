@@ -88,7 +88,6 @@ __device__ __forceinline__ void attn_compress_one(const AttnCompress p, int row)
 }
 
 extern "C" __global__ void __launch_bounds__(256) attn_compress(AttnCompressJobs p) {
-    pdl_trigger();
     pdl_wait();
     // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
     if (blockIdx.y == 0)

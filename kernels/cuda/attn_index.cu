@@ -36,7 +36,6 @@ struct AttnIndexScore {
 extern "C" __global__ void __launch_bounds__(128) attn_index_score(AttnIndexScore p) {
     __shared__ __align__(16) u32 qs[IX_MAX_HEADS * IX_LDQ];
     __shared__ float ws[IX_MAX_HEADS];
-    pdl_trigger();
     pdl_wait();
     const int row = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;

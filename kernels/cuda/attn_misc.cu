@@ -9,7 +9,6 @@
 #include "common.cuh"
 
 extern "C" __global__ void attn_fill_f32(float* p, u64 n, float value) {
-    pdl_trigger();
     pdl_wait();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) p[i] = value;
 }
@@ -21,7 +20,6 @@ __device__ __forceinline__ u64 attn_mix64(u64 z) {
 }
 
 extern "C" __global__ void attn_synth(void* p, u64 n, int kind, u64 seed, float amp) {
-    pdl_trigger();
     pdl_wait();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const u64 r = attn_mix64(seed * 0x9e3779b97f4a7c15ull + i);

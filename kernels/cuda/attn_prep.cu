@@ -38,7 +38,6 @@ struct AttnRowPrep {
 #define RP_U 8  // attn_row_prep loads in flight per thread
 
 extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
-    pdl_trigger();
     pdl_wait();
     __shared__ float v[8192];
     __shared__ float red[33];
@@ -85,7 +84,6 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
 // attn_row_prep. Launch: grid ceil(rows * groups * width / 128 / 8), block 256. (attn_row_prep, a 256-thread
 // block per 1024-wide piece with a 32 KB shared row: 0.50 ms per 8192-row launch of the 8192-wide wo_b input.)
 extern "C" __global__ void __launch_bounds__(256) attn_row_quant(AttnRowPrep p) {
-    pdl_trigger();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int n = p.groups * p.width, nblk = n >> 7;
@@ -348,7 +346,6 @@ __device__ __forceinline__ void vp_block(const AttnVecPrep& p, int nvec, int v0)
 
 // The parameter block is a grid constant so the job can be picked by index without copying it.
 extern "C" __global__ void __launch_bounds__(128, 8) attn_vec_prep(const __grid_constant__ AttnVecPrepJobs p) {
-    pdl_trigger();
     pdl_wait();
     // Job j owns ceil(nvec[j] / VP_VPB) consecutive blocks along x.
     int b = blockIdx.x, j = 0;

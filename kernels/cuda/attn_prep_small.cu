@@ -61,7 +61,6 @@ __device__ __forceinline__ void vps_one(const AttnVecPrep p, int vec, int nvec, 
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_vec_prep_small(AttnVecPrepJobs p) {
-    pdl_trigger();
     pdl_wait();
     // Constant job indices: the body reads its parameters at fixed offsets (no indexed parameter loads).
     const int v = blockIdx.x, row = blockIdx.y;

@@ -96,7 +96,6 @@ __device__ __forceinline__ void sp_load_tile(const AttnSparse& p, u32 ks_addr, i
 
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse p) {
     extern __shared__ __align__(16) u32 smem[];
-    pdl_trigger();
     pdl_wait();
     const int split = blockIdx.x, hg = blockIdx.y, row = blockIdx.z, splits = gridDim.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -274,7 +273,6 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p)
     __shared__ float wgt[64];
     __shared__ float inv_den;
     __shared__ int nsplit;  // 1 + the last split of nonzero weight
-    pdl_trigger();
     pdl_wait();
     const int h = blockIdx.x, row = blockIdx.y, lane = threadIdx.x & 31;
     const float* ml = p.part_ml + ((u64)row * p.splits * p.heads + h) * 2;

@@ -303,7 +303,6 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS) attn_index_topk(AttnI
     __shared__ int sh[64];
     __shared__ u32 chosen[2][3];
     if (threadIdx.x < 512) hist[threadIdx.x >> 8][threadIdx.x & 255] = 0;  // topk_radix's precondition
-    pdl_trigger();
     pdl_wait();
     const int row = blockIdx.x;
     int n = (p.positions[row] + 1) / p.ratio;

@@ -31,7 +31,6 @@ __device__ __forceinline__ float bfx_dot8(const uint4& a, const uint4& b, float 
 extern "C" __global__ void __launch_bounds__(256)
     bf16_expert(const u16* __restrict__ x, const u16* w, const i32* __restrict__ meta, void* out, const u16* w_b,
                 void* out_b, int S, int topk, int N, int K, int x_per_slot, int out_bf16) {
-    pdl_trigger();
     pdl_wait();
     if (blockIdx.z) {  // the second matrix of a paired launch (routed w1 + w3: same x, same groups)
         w = w_b;

@@ -15,17 +15,17 @@ typedef unsigned long long u64;
 #endif
 
 // Programmatic dependent launch (kernels/src/launch.rs). pdl_wait: block until the previous kernel on the
-// stream has completed and its writes are visible (returns at once when launched without PDL). Every kernel
-// of this crate calls it, unconditionally and before touching memory that other kernels write, so that its
-// completion still implies its predecessor's. pdl_trigger: let the next kernel be scheduled now (its blocks
-// then wait in their own pdl_wait).
+// stream has completed and its writes are visible (returns at once when launched without PDL), then let the
+// next kernel be scheduled. Every kernel of this crate calls it, unconditionally and before touching memory
+// that other kernels write, so that its completion still implies its predecessor's. What a kernel does
+// before it (address arithmetic, loads of constant weights) overlaps the previous kernel's tail.
+// The trigger comes after the wait on purpose: at most one future grid sits resident beside the running one.
+// Triggering at the top released the whole chain at once (each waiting grid released the next), and the
+// resident waiters took the registers and shared memory the running kernel's blocks needed: 16% slower
+// (kernels/BENCH_NOTES.md, ninth session).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -303,7 +303,6 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
         int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
         __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                              \
         __shared__ u32 sring[FP4_SST][FP4_WARPS][32];                                                     \
-        pdl_trigger();                                                                                    \
         pdl_wait();                                                                                       \
         const bool full = (int)(blockIdx.x + 1) * (16 * MT * FP4_WARPS / kw) <= N;                        \
         if ((K & 127) != 0)                                                                               \
@@ -377,7 +376,6 @@ __device__ __forceinline__ void moe_group_block(const i32* ids, int S, int E, i3
 // The launcher uses 256 threads.
 extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
                                                              i32* __restrict__ meta) {
-    pdl_trigger();
     pdl_wait();
     __shared__ int sm[5120];
     moe_group_block(ids, S, E, meta, sm);

@@ -187,7 +187,6 @@ __device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, int g, i
 template <int NT, bool FP8>
 __device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
     __shared__ float red[4 * GEMV_MT * NT * 4 * 32];
-    pdl_trigger();
     const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;

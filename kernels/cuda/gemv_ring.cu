@@ -211,7 +211,6 @@ __device__ __forceinline__ void gemv_ring(const GemvParams& p, int depth) {
     constexpr int ROWS = MT * 16 * GEMV_WARPS;
     constexpr int WBYTES = ROWS * 128;
     constexpr int SBYTES = WBYTES + NT * 8 * (FP8 ? GEMV_XS_FP8 : GEMV_XS_BF16);
-    pdl_trigger();
     const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;

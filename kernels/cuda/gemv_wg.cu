@@ -203,7 +203,6 @@ template <int NT, bool FP8>
 __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
     extern __shared__ __align__(16) u8 gwg_smem[];  // aligned to 1024 below (the host adds the slack)
     constexpr int XB = GWG_XBYTES(NT, FP8), SB = GWG_STAGE(NT, FP8);
-    pdl_trigger();
     const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;

@@ -47,7 +47,6 @@
 extern "C" __global__ void __launch_bounds__(256) embed_streams(const i32* __restrict__ ids,
                                                                 const u16* __restrict__ table,
                                                                 u16* __restrict__ X, int D) {
-    pdl_trigger();
     pdl_wait();
     const int r = blockIdx.x;
     const u64 id = (u64)ids[r];
@@ -270,12 +269,10 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
 #define MHC_PARTIAL_KERNEL(M, MG)                                                                          \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
         hc_mix_partial##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
-        pdl_trigger();                                                                                     \
         mhc_mix_partial_body<M, MG, false>(X, fn, ws, rows, D, post);                                      \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(256)                                                      \
         hc_post_mix##M##_mg##MG(const u16* X, const float* fn, float* ws, int rows, int D, MhcPost post) { \
-        pdl_trigger();                                                                                     \
         mhc_mix_partial_body<M, MG, true>(X, fn, ws, rows, D, post);                                       \
     }
 MHC_PARTIAL_KERNEL(24, 1)
@@ -321,7 +318,6 @@ extern "C" __global__ void __launch_bounds__(256) hc_post(u16* __restrict__ X, c
                                                           const float* __restrict__ ys,
                                                           const float* __restrict__ ysh, int D, int topk,
                                                           int mode) {
-    pdl_trigger();
     pdl_wait();
     const int row = blockIdx.x;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;

@@ -283,7 +283,6 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
         hc_finish##M(const u16* X, const float* ws, int chunks, int rows, int D, const float* scale,             \
                      const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix,     \
                      u16* y, u16* yq, int yq_bf16, u16* xcopy) {                                                 \
-        pdl_trigger();                                                                                           \
         pdl_wait();                                                                                              \
         mhc_finish_body<M>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16, \
                            xcopy);                                                                               \

@@ -117,7 +117,6 @@ __device__ __forceinline__ void mhc_tile_chunk(const u16* const (&xs)[2], int la
 extern "C" __global__ void __launch_bounds__(256, 2)
     hc_mix_tile24(const u16* __restrict__ X, const float* __restrict__ fn, float* __restrict__ ws, int rows, int D) {
     extern __shared__ __align__(16) unsigned char mhc_tile_smem[];
-    pdl_trigger();
     pdl_wait();
     const int nd = MHC_N * D, chunks = (nd + MHC_CHUNK - 1) / MHC_CHUNK;
     const int l = blockIdx.x, row0 = blockIdx.y * MHC_TILE_ROWS;
@@ -213,7 +212,6 @@ extern "C" __global__ void __launch_bounds__(288, 4)
                      const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix, u16* y,
                      u16* yq, int yq_bf16, u16* xcopy) {
     (void)xcopy;
-    pdl_trigger();
     pdl_wait();
     __shared__ float sred[MHC_MIX + 1];
     __shared__ float sh[MHC_FIN_WARPS];
@@ -251,7 +249,6 @@ extern "C" __global__ void __launch_bounds__(256) hc_post8(u16* __restrict__ X, 
                                                            const float* __restrict__ ys,
                                                            const float* __restrict__ ysh, int D, int topk,
                                                            int mode) {
-    pdl_trigger();
     pdl_wait();
     const int row = blockIdx.x, c = (blockIdx.y * blockDim.x + threadIdx.x) * 8;
     if (c >= D) return;

@@ -139,7 +139,6 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
     float* __restrict__ wts) {
-    pdl_trigger();
     pdl_wait();
     route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, nullptr);
 }
@@ -192,7 +191,6 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
     i32* __restrict__ meta, int* counter) {
-    pdl_trigger();
     pdl_wait();
     __shared__ __align__(16) int sm[5120];  // moe_group_block's scratch; one block: sid = the ids first
     __shared__ int last;
@@ -238,7 +236,6 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
                                                              const float* __restrict__ u,
                                                              const float* __restrict__ wt, u16* __restrict__ out,
                                                              int S, int I, float limit, int quant) {
-    pdl_trigger();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int nb = (I + QBLOCK - 1) / QBLOCK;
@@ -263,7 +260,6 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
 }
 
 extern "C" __global__ void __launch_bounds__(256) fake_quant_rows(const u16* x, u16* out, int rows, int D) {
-    pdl_trigger();
     pdl_wait();
     const int lane = threadIdx.x & 31;
     const int nb = (D + QBLOCK - 1) / QBLOCK;

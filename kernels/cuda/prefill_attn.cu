@@ -86,6 +86,7 @@ __device__ __forceinline__ void pf_attn_load_q(const PfAttn& p, u16* Qs, int r, 
 
 template <int D>
 __device__ __forceinline__ void pf_attn_body(const PfAttn& p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     constexpr int LD = D + 8, CPK = D / 8;
     extern __shared__ __align__(16) u8 pf_dyn_smem[];
     u16* Qs = (u16*)pf_dyn_smem;                  // [64][LD]

@@ -37,6 +37,7 @@ __device__ __forceinline__ u32 pf_pack_bf16(u16 lo, u16 hi) { return (u32)lo | (
 
 template <int D, int S>
 __device__ __forceinline__ void pf_attn2_body(const PfAttn& p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     constexpr int LD = D + 8, CPK = D / 8, HALF = D / 2;
     extern __shared__ __align__(16) u8 pf2_dyn_smem[];
     u16* Qs = (u16*)pf2_dyn_smem;               // [64][LD]

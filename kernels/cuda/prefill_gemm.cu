@@ -126,6 +126,7 @@ __device__ __forceinline__ void pf_async_w_bf16(const PfGemm& p, int g, int n0, 
 
 template <int MT, int WT, bool EXPERT>
 __device__ __forceinline__ void pf_gemm_body(const PfGemm& p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     extern __shared__ __align__(16) u8 pf_dyn_smem[];
     constexpr int BM = 32 * MT;
     u16* As = (u16*)pf_dyn_smem;         // [2][BM][PF_LDS]

@@ -157,6 +157,7 @@ __device__ __forceinline__ void pf_index_rows(const PfIndexScore& p, int ra, int
 // after the other.
 template <int DIM>
 __device__ __forceinline__ void pf_index_body(const PfIndexScore& p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     const int r0 = p.row_begin + 2 * (int)blockIdx.y;
     const bool has1 = 2 * (int)blockIdx.y + 1 < p.rows;
     const int n0 = pf_index_visible(p, r0), n1 = has1 ? pf_index_visible(p, r0 + 1) : 0;

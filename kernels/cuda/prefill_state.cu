@@ -56,6 +56,7 @@ __device__ __forceinline__ float2 pf_comp_src(const PfCompress& p, const float* 
 }
 
 extern "C" __global__ void __launch_bounds__(256) pf_compress_pool(PfCompress p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     __shared__ float v[512];
     __shared__ float tmp[512];
     __shared__ float red[33];
@@ -88,6 +89,7 @@ extern "C" __global__ void __launch_bounds__(256) pf_compress_pool(PfCompress p)
 }
 
 extern "C" __global__ void __launch_bounds__(256) pf_compress_state(PfCompress p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     const int* sg = p.jobs + 4 * blockIdx.x;
     const int slot = sg[0], r0 = sg[1], p0 = sg[2], len = sg[3];
     const int m = p.ratio, ovl = p.overlap ? 2 : 1, width = ovl * p.dc, srows = ovl * m;
@@ -131,6 +133,7 @@ struct PfRing {
 };
 
 extern "C" __global__ void __launch_bounds__(64) pf_ring_write(PfRing p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     const int r = blockIdx.x, pos = p.positions[r];
     if (pos < p.pos0[r] + p.seglen[r] - p.window) return;
     const uint4* src = (const uint4*)(p.kv + (u64)r * p.dim);
@@ -146,6 +149,7 @@ struct PfGroup {
 };
 
 extern "C" __global__ void __launch_bounds__(1024) pf_moe_group(PfGroup p) {
+    pdl_wait();  // before any read: the previous kernel may still be running (PDL)
     __shared__ int cnt[1024], cur[1024], off[1024], toff[1025];
     const int tid = threadIdx.x, E = p.experts;
     for (int e = tid; e < E; e += blockDim.x) cnt[e] = cur[e] = 0;

@@ -22,7 +22,6 @@ __device__ __forceinline__ float block_sum_256(float v, float* sh) {
 extern "C" __global__ void __launch_bounds__(256) rmsnorm_bf16(const u16* x,
                                                                const float* __restrict__ w,
                                                                u16* y, int D, float eps) {
-    pdl_trigger();
     pdl_wait();
     __shared__ float sh[8];
     const u16* xr = x + (u64)blockIdx.x * D;

@@ -16,6 +16,7 @@ __device__ __forceinline__ void smp_better(float& v, int& i, float ov, int oi) {
 
 extern "C" __global__ void __launch_bounds__(1024) argmax_rows(const float* __restrict__ logits, int V,
                                                                i32* __restrict__ out) {
+    pdl_wait();
     __shared__ float sv[32];
     __shared__ int si[32];
     const int r = blockIdx.x;

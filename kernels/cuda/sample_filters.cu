@@ -214,6 +214,7 @@ extern "C" __global__ void __launch_bounds__(SMP_THREADS)
     sample_rows(const float* __restrict__ logits, int V, const double* __restrict__ params,
                 float* __restrict__ scratch, i32* __restrict__ out) {
     __shared__ SmpShared sh;
+    pdl_wait();
     const int r = blockIdx.x;
     const float* lr = logits + (u64)r * V;
     float* w = scratch + (u64)r * V;

@@ -21,6 +21,7 @@ struct RankBufs {
 };
 
 extern "C" __global__ void __launch_bounds__(256) rank_sum_f32(RankBufs b, int ranks, u64 n) {
+    pdl_wait();
     const u64 stride = (u64)gridDim.x * blockDim.x;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float s = ((const float*)b.buf[0])[i];
@@ -31,6 +32,7 @@ extern "C" __global__ void __launch_bounds__(256) rank_sum_f32(RankBufs b, int r
 
 extern "C" __global__ void __launch_bounds__(256) moe_localize(const i32* __restrict__ ids, i32* __restrict__ out,
                                                               int S, int e0, int e1) {
+    pdl_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= S) return;
     const int e = ids[i];
@@ -41,6 +43,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_rank_sum(const float* __re
                                                               const i32* __restrict__ local,
                                                               const float* __restrict__ shared,
                                                               float* __restrict__ out, int topk, int D) {
+    pdl_wait();
     const int r = blockIdx.x;
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= D) return;
@@ -54,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_rank_sum(const float* __re
 
 extern "C" __global__ void __launch_bounds__(256) gather_cols_bf16(const u16* __restrict__ x, u16* __restrict__ out,
                                                                   int width, int c0, int w) {
+    pdl_wait();
     const u64 r = blockIdx.x;
     for (int j = threadIdx.x; j < w; j += blockDim.x) out[r * w + j] = x[r * width + c0 + j];
 }

@@ -24,6 +24,7 @@ __device__ __forceinline__ float syn_normalish(u64 z) {
 }
 
 extern "C" __global__ void synth_fill(void* p, u64 n, u64 seed, int mode, float a, float b) {
+    pdl_wait();
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const u64 z = syn_mix(seed ^ (i * 0x9e3779b97f4a7c15ull));
         switch (mode) {

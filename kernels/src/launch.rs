@@ -2,15 +2,16 @@
 //!
 //! With PDL a kernel may be scheduled while the previous kernel on the stream is still running: its blocks
 //! become resident and wait in `griddepcontrol.wait` (common.cuh `pdl_wait`) until the previous grid has
-//! completed and its writes are visible. That hides the launch latency and block ramp-up of each of the
-//! ~1500 kernels of a decode step (graph capture keeps the programmatic edges). Every kernel launched here
-//! calls `pdl_wait()` before it touches memory another kernel writes (GEMVs prefetch their constant weights
-//! first), so results are the same bits with PDL on or off.
-//! Measured (H200, full-size `dsv4 bench`, 4K context, batch 1 / 8 / 64 ms per step): eager 12.85 / 23.50 /
-//! 80.78 without, 12.37 / 23.08 / 81.51 with PDL; graph replay 11.00 / 21.74 / 78.78 without, 11.81 /
-//! 22.48 / 81.03 with. Replay is what decode runs, so PDL is off unless `DSV4_PDL=1` (sm_90+ only).
-//! `DSV4_PDL=1` is a diagnostic only: at 910feb2 the GPU model tests fail with it (a cross-kernel race
-//! remains somewhere; see kernels/BENCH_NOTES.md, third session), so never turn it on for real use.
+//! completed and its writes are visible; `pdl_wait` then lets the next kernel be scheduled, so at most one
+//! grid waits beside the running one. Every kernel launched here calls `pdl_wait()` before it touches memory
+//! another kernel writes (GEMVs prefetch their constant weights first), so results are the same bits with PDL
+//! on or off: with `DSV4_PDL=1` every GPU model, prefill, golden, sampling and multi-GPU test passes (tenth
+//! session; the race of the third session came from kernels that never waited: sampling, the split's sums,
+//! the prefill kernels).
+//! Measured (H200, full-size `dsv4 bench`, 4K context, tenth session, same call; ms per step at batch 1 / 8 /
+//! 64): eager 8.76 / 16.44 / 51.08 without, 8.11 / 16.57 / 50.55 with PDL; graph replay 7.52 / 15.68 / 49.95
+//! without, 7.83 / 16.32 / 50.01 with. Replay is what decode runs, so PDL stays off unless `DSV4_PDL=1`
+//! (sm_90+ only).
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
