@@ -100,7 +100,8 @@ extern "C" __global__ void __launch_bounds__(PEER_THREADS)
     __syncthreads();
     const int t = threadIdx.x;
     if (t < world && t != rank) {
-        __threadfence_system();
+        // The release covers the whole block's pushes: they precede it through the barrier (PTX release
+        // patterns are cumulative), so no separate system fence is needed.
         st_release_sys((u64*)p.flags[t] + (u64)rank * PEER_BLOCKS + blockIdx.x, e);
         peer_wait((const u64*)p.flags[rank] + (u64)t * PEER_BLOCKS + blockIdx.x, e);
     }

@@ -121,6 +121,7 @@ pub struct PeerAllReduce {
     ranks: Vec<PeerRank>,
     ptrs: PeerPtrs,
     cap: usize,
+    per_block: usize,
 }
 
 impl PeerAllReduce {
@@ -154,7 +155,18 @@ impl PeerAllReduce {
                 flags,
             });
         }
-        Ok(PeerAllReduce { ranks, ptrs, cap })
+        Ok(PeerAllReduce {
+            ranks,
+            ptrs,
+            cap,
+            per_block: PER_BLOCK,
+        })
+    }
+
+    /// Elements per block before the grid grows (default 2048), for tuning runs (examples/peerbench.rs).
+    pub fn with_block_elems(mut self, elems: usize) -> Self {
+        self.per_block = elems.max(1);
+        self
     }
 
     pub fn world(&self) -> usize {
@@ -203,7 +215,7 @@ impl PeerAllReduce {
         check(NAME, bp % 16 == 0, || {
             format!("buffer at {bp:#x} is not 16-byte aligned")
         })?;
-        let blocks = n.div_ceil(PER_BLOCK).clamp(1, PEER_BLOCKS);
+        let blocks = n.div_ceil(self.per_block).clamp(1, PEER_BLOCKS);
         let cfg = LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
             block_dim: (PEER_THREADS, 1, 1),

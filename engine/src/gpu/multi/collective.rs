@@ -268,10 +268,14 @@ pub struct PeerSum {
 impl PeerSum {
     /// Enables peer access between `gpus` (one rank each) and allocates the receive slots; an error
     /// when the GPUs cannot reach each other.
+    /// `DSV4_PEER_BLOCK_ELEMS` (diagnostic) overrides the elements per block of the kernel's grid.
     pub fn new(gpus: &[Arc<GpuContext>]) -> Result<Self, RunnerError> {
-        Ok(PeerSum {
-            inner: PeerAllReduce::new(gpus, PEER_CAP)?,
-        })
+        let mut inner = PeerAllReduce::new(gpus, PEER_CAP)?;
+        let tuned = std::env::var("DSV4_PEER_BLOCK_ELEMS").ok();
+        if let Some(elems) = tuned.and_then(|v| v.parse().ok()) {
+            inner = inner.with_block_elems(elems);
+        }
+        Ok(PeerSum { inner })
     }
 }
 
