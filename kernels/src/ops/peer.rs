@@ -16,8 +16,9 @@ pub const PEER_RANKS: usize = 8;
 /// Most blocks of one launch (PEER_BLOCKS: the flags per sender).
 const PEER_BLOCKS: usize = 128;
 const PEER_THREADS: u32 = 256;
-/// Elements per block before the grid grows (small messages: few blocks, fewer flags to wait on).
-const PER_BLOCK: usize = 2048;
+/// Elements per block before the grid grows (up to PEER_BLOCKS): 512 measured 4-9% faster than 2048 from
+/// 16 KB to 1 MB alone and at batch 1-64 in the split decode (kernels/BENCH_NOTES.md, 2026-11-30 p2par).
+const PER_BLOCK: usize = 512;
 
 const NAME: &str = "peer_sum_f32";
 
@@ -163,7 +164,7 @@ impl PeerAllReduce {
         })
     }
 
-    /// Elements per block before the grid grows (default 2048), for tuning runs (examples/peerbench.rs).
+    /// Elements per block before the grid grows (default 512), for tuning runs (examples/peerbench.rs).
     pub fn with_block_elems(mut self, elems: usize) -> Self {
         self.per_block = elems.max(1);
         self
@@ -232,12 +233,12 @@ impl PeerAllReduce {
             .arg(&ri)
             .arg(&wi)
             .arg(&cap);
+        let f = &rank.gpu.kernels.split.peer_sum;
         // SAFETY: peer_sum_f32(buf, n, ptrs, state, rank, world, cap): buf holds n f32 of this GPU (a view
         // of a checked slice), 16-byte aligned; every rank's recv holds 2*world*cap f32 and its flags
         // world*PEER_BLOCKS + 2 u64, all mapped into every rank's context (enable_peer_access); the grid
         // (<= PEER_BLOCKS blocks) depends on n only, so all ranks' launches of this call match; the kernel
         // calls pdl_wait first.
-        let f = &rank.gpu.kernels.split.peer_sum;
         unsafe { rank.gpu.launch_k(stream, f, cfg, &mut a) }
     }
 }

@@ -254,28 +254,35 @@ impl GpuCollective for NcclComms {
 }
 
 /// Elements one peer launch sums (4 MiB of f32 per slot): a decode step's largest message (64 rows of
-/// 4096) in one launch; prefill messages go in several.
+/// 4096) in one launch. Longer messages (prefill chunks) go through NCCL where it is present.
 const PEER_CAP: usize = 1 << 20;
 
 /// One rank per GPU, the GPUs with peer access: the all-reduce is one kernel per rank that pushes its
 /// partial to every peer over NVLink, waits on flags in device memory and sums in rank order, so every
 /// rank gets the same bits (see kernels/cuda/peer.cu). Much cheaper than NCCL for the decode's small
-/// messages inside CUDA graphs. Has no hand-off: the layer split keeps NCCL.
+/// messages inside CUDA graphs; messages longer than one launch go through NCCL when libnccl is present
+/// (a prefill chunk's 16-128 MB: NCCL's one call outran the peer kernel's launches of 4 MB, kernels/
+/// BENCH_NOTES.md 2026-11-30 p2par), otherwise through several peer launches. Has no hand-off: the layer
+/// split keeps NCCL.
 pub struct PeerSum {
     inner: PeerAllReduce,
+    /// NCCL for the long messages (None without libnccl).
+    long: Option<NcclComms>,
 }
 
 impl PeerSum {
     /// Enables peer access between `gpus` (one rank each) and allocates the receive slots; an error
-    /// when the GPUs cannot reach each other.
-    /// `DSV4_PEER_BLOCK_ELEMS` (diagnostic) overrides the elements per block of the kernel's grid.
+    /// when the GPUs cannot reach each other. `DSV4_PEER_BLOCK_ELEMS` (diagnostic) overrides the
+    /// elements per block of the kernel's grid.
     pub fn new(gpus: &[Arc<GpuContext>]) -> Result<Self, RunnerError> {
         let mut inner = PeerAllReduce::new(gpus, PEER_CAP)?;
         let tuned = std::env::var("DSV4_PEER_BLOCK_ELEMS").ok();
         if let Some(elems) = tuned.and_then(|v| v.parse().ok()) {
             inner = inner.with_block_elems(elems);
         }
-        Ok(PeerSum { inner })
+        // Optional: without NCCL the long messages take several peer launches, still correct.
+        let long = NcclComms::new(gpus.iter().map(|g| g.stream.clone()).collect()).ok();
+        Ok(PeerSum { inner, long })
     }
 }
 
@@ -294,7 +301,10 @@ impl GpuCollective for PeerSum {
         len: usize,
     ) -> Result<(), RunnerError> {
         check_world(self.inner.world(), bufs.len())?;
-        Ok(self.inner.all_reduce_sum(bufs, len)?)
+        match &self.long {
+            Some(nccl) if len > self.inner.cap() => nccl.all_reduce_sum(bufs, len),
+            _ => Ok(self.inner.all_reduce_sum(bufs, len)?),
+        }
     }
 
     fn send(
