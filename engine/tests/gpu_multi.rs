@@ -171,21 +171,28 @@ fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
     );
 }
 
-#[test]
-fn gpus_tensor_and_layer_split_match_one_gpu() {
+/// The golden case and up to four GPUs, one rank each; None (after saying why) with fewer than two.
+fn golden_on_gpus() -> Option<(Case, Vec<usize>)> {
     if !gpu_or_skip() {
-        return;
+        return None;
     }
     let gpus = gpu_count();
     if gpus < 2 {
         eprintln!("SKIP: {gpus} GPU(s): the split over GPUs needs two or more");
-        return;
+        return None;
     }
     let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return None;
+    };
+    Some((case, (0..gpus.min(4)).collect()))
+}
+
+#[test]
+fn gpus_tensor_and_layer_split_match_one_gpu() {
+    let Some((case, devices)) = golden_on_gpus() else {
         return;
     };
-    let devices: Vec<usize> = (0..gpus.min(4)).collect();
     for n in [Numerics::Reference, Numerics::Official] {
         let one = run_gpu_stepwise(&case, n, true);
         for graphs in [false, true] {
@@ -231,19 +238,9 @@ fn gpus_tensor_and_layer_split_match_one_gpu() {
 /// in rank order.
 #[test]
 fn peer_and_nccl_tensor_split_match_one_gpu() {
-    if !gpu_or_skip() {
-        return;
-    }
-    let gpus = gpu_count();
-    if gpus < 2 {
-        eprintln!("SKIP: {gpus} GPU(s): the collectives between GPUs need two or more");
-        return;
-    }
-    let Some(case) = golden_case() else {
-        eprintln!("SKIP: tests/data/tiny-v4-small not found");
+    let Some((case, devices)) = golden_on_gpus() else {
         return;
     };
-    let devices: Vec<usize> = (0..gpus.min(4)).collect();
     let ctxs = dsv4_engine::gpu::multi::load::contexts(&devices).expect("contexts");
     let peer = dsv4_kernels::peer_access_possible(&ctxs).expect("peer probe");
     drop(ctxs);

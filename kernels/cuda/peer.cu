@@ -15,7 +15,8 @@
 // 64-bit: a flag slot that small calls leave unused for a long time can never look current by wrapping.
 // A peer that never arrives (its launch failed, a host error mid-step) makes the wait trap after
 // PEER_TIMEOUT_NS: the trap aborts the context with an error the host sees at its next sync, so a sum of stale
-// data is never produced or used. Launch: grid peer_blocks(n) (<= PEER_BLOCKS), block PEER_THREADS.
+// data is never produced or used. Launch: grid ceil(n / elements per block) in 1..PEER_BLOCKS (ops/peer.rs),
+// block PEER_THREADS.
 #include "common.cuh"
 
 #define PEER_RANKS 8

@@ -16,8 +16,9 @@ pub const PEER_RANKS: usize = 8;
 /// Most blocks of one launch (PEER_BLOCKS: the flags per sender).
 const PEER_BLOCKS: usize = 128;
 const PEER_THREADS: u32 = 256;
-/// Elements per block before the grid grows (up to PEER_BLOCKS): 512 measured 4-9% faster than 2048 from
-/// 16 KB to 1 MB alone and at batch 1-64 in the split decode (kernels/BENCH_NOTES.md, 2026-11-30 p2par).
+/// Elements per block before the grid grows (up to PEER_BLOCKS): 512 measured 1-9% faster than 2048 alone
+/// (16 KB to 4 MB) and 0.2-1.2% faster per split decode step at batch 1-64 (kernels/BENCH_NOTES.md,
+/// 2026-11-30 p2par).
 const PER_BLOCK: usize = 512;
 
 const NAME: &str = "peer_sum_f32";
