@@ -6,26 +6,24 @@
 //! call, and through a snapshot and restore, bit for bit against the one-GPU prefill fed the same way
 //! and within the one-GPU runner's gates against the CPU reference, decode continuing after it; tensor
 //! split the same with the decode tests' gates (one rank: bit for bit). With
-//! two or more GPUs the same through NCCL. SKIPs without a GPU (the NCCL tests with fewer than two).
+//! two or more GPUs the same across GPUs (the tensor split through the default collective, the peer sum
+//! where the GPUs have peer access, and through each of NCCL and the peer sum explicitly; the layer
+//! split through NCCL). SKIPs without a GPU (the tests across GPUs with fewer than two).
 //! `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
 
 mod gpu_model_util;
 
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::backend::{Backend, CpuBackend, SeqId, Work};
-use dsv4_engine::gpu::multi::{MultiGpuBackend, MultiOptions};
-use dsv4_engine::gpu::GpuOptions;
+use dsv4_engine::gpu::multi::CollectiveKind;
 use dsv4_engine::model::checkpoint::Checkpoint;
 use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
-use dsv4_engine::parallel::{LoadSettings, SplitItem, SplitModel};
+use dsv4_engine::parallel::{SplitItem, SplitModel};
 use dsv4_engine::reference::ForwardOptions;
 use dsv4_engine::reference::Model;
+use gpu_model_util::split::*;
 use gpu_model_util::*;
 use std::path::Path;
-
-fn gpu_count() -> usize {
-    dsv4_kernels::Gpu::probe_all().map_or(0, |g| g.len())
-}
 
 /// A synthetic FP8/FP4 checkpoint whose split over 2 ranks needs no latent exchange (o_lora_rank 128)
 /// and cuts the shared expert (2 blocks of 128 rows), in 5 shards.
@@ -49,49 +47,6 @@ fn synthetic(dir: &Path) -> Case {
     }
 }
 
-fn split_backend(
-    case: &Case,
-    numerics: Numerics,
-    graphs: bool,
-    devices: &[usize],
-    mode: SplitMode,
-) -> MultiGpuBackend {
-    let opts = MultiOptions {
-        gpu: GpuOptions {
-            numerics,
-            max_seqs: 4,
-            max_context: 2048,
-            cuda_graphs: graphs,
-            graph_buckets: vec![1, 2, 4],
-        },
-        devices: devices.to_vec(),
-        mode,
-    };
-    MultiGpuBackend::load(&case.dir, &opts, &LoadSettings::default()).expect("split GPU backend")
-}
-
-/// Every token as a decode step (the tensor split's only path; the layer split's for single tokens).
-fn run_split(
-    case: &Case,
-    n: Numerics,
-    graphs: bool,
-    devices: &[usize],
-    mode: SplitMode,
-) -> Vec<Vec<f32>> {
-    teacher_forced_stepwise(&mut split_backend(case, n, graphs, devices, mode), case)
-}
-
-/// The prompt in one forward (the split's batched prefill), then decode steps.
-fn run_split_prefill(
-    case: &Case,
-    n: Numerics,
-    devices: &[usize],
-    mode: SplitMode,
-) -> Vec<Vec<f32>> {
-    let mut b = split_backend(case, n, true, devices, mode);
-    teacher_forced(&mut b, case)
-}
-
 /// The CPU split model's teacher-forced logits (prompt, then one token at a time).
 fn run_cpu_split(case: &Case, ranks: usize, mode: SplitMode, numerics: Numerics) -> Vec<Vec<f32>> {
     let m = SplitModel::load(&case.dir, ranks, mode, numerics).expect("CPU split model");
@@ -108,24 +63,6 @@ fn run_cpu_split(case: &Case, ranks: usize, mode: SplitMode, numerics: Numerics)
         rows.push(out.into_iter().next().expect("one item").logits);
     }
     rows
-}
-
-/// Raw gates for a split run against another run of the same model (the one-GPU runner, or the CPU split
-/// model on the decode paths): reference numerics argmax agreement of at least 0.95 over every row and a
-/// median cosine of at least 0.999; official numerics the golden README's smoke gate (one reassociated sum
-/// can flip an FP8/FP4 rounding that then grows, see gpu_model.rs). Prefills against the CPU take
-/// `check_prefill_vs_cpu`.
-fn check_close(what: &str, numerics: Numerics, got: &[Vec<f32>], want: &[Vec<f32>]) {
-    let (agree, median, min) = compare(got, want);
-    let (dmed, _) = official_smoke(got, want);
-    eprintln!("{what} {numerics:?}: agreement {agree:.3}, median cosine {median:.6} (min {min:.6}), median row max |dlogit| {dmed:.4}");
-    match numerics {
-        Numerics::Reference => assert!(
-            agree >= 0.95 && median >= 0.999,
-            "{what}: {agree} / {median}"
-        ),
-        Numerics::Official => assert!(agree >= 0.7 && dmed <= 1.0, "{what}: {agree} / {dmed}"),
-    }
 }
 
 #[test]
@@ -234,36 +171,43 @@ fn layer_split_on_simulated_ranks_is_the_one_gpu_runner() {
     );
 }
 
-#[test]
-fn nccl_tensor_and_layer_split_match_one_gpu() {
+/// The golden case and up to four GPUs, one rank each; None (after saying why) with fewer than two.
+fn golden_on_gpus() -> Option<(Case, Vec<usize>)> {
     if !gpu_or_skip() {
-        return;
+        return None;
     }
     let gpus = gpu_count();
     if gpus < 2 {
-        eprintln!("SKIP: {gpus} GPU(s): the NCCL split needs two or more");
-        return;
+        eprintln!("SKIP: {gpus} GPU(s): the split over GPUs needs two or more");
+        return None;
     }
     let Some(case) = golden_case() else {
         eprintln!("SKIP: tests/data/tiny-v4-small not found");
+        return None;
+    };
+    Some((case, (0..gpus.min(4)).collect()))
+}
+
+#[test]
+fn gpus_tensor_and_layer_split_match_one_gpu() {
+    let Some((case, devices)) = golden_on_gpus() else {
         return;
     };
-    let devices: Vec<usize> = (0..gpus.min(4)).collect();
     for n in [Numerics::Reference, Numerics::Official] {
         let one = run_gpu_stepwise(&case, n, true);
         for graphs in [false, true] {
             let tp = run_split(&case, n, graphs, &devices, SplitMode::Tensor);
             check_close(
-                &format!("NCCL tensor split {devices:?}, graphs {graphs}"),
+                &format!("tensor split {devices:?} (default collective), graphs {graphs}"),
                 n,
                 &tp,
                 &one,
             );
             let sim = run_split(&case, n, graphs, &vec![0; devices.len()], SplitMode::Tensor);
-            check_close("NCCL vs simulated ranks", n, &tp, &sim);
+            check_close("GPUs vs simulated ranks", n, &tp, &sim);
             let layer = run_split(&case, n, graphs, &devices, SplitMode::Layer);
             assert_bits(
-                &format!("NCCL layer split {devices:?}, {n:?}, graphs {graphs}"),
+                &format!("layer split {devices:?} (NCCL), {n:?}, graphs {graphs}"),
                 &layer,
                 &one,
             );
@@ -271,20 +215,52 @@ fn nccl_tensor_and_layer_split_match_one_gpu() {
         let prefilled = run_split_prefill(&case, n, &devices, SplitMode::Layer);
         let one_prefill = run_gpu(&case, n, true);
         assert_bits(
-            &format!("NCCL layer split {devices:?} prefill, {n:?}"),
+            &format!("layer split {devices:?} (NCCL) prefill, {n:?}"),
             &prefilled,
             &one_prefill,
         );
         let tp_prefill = run_split_prefill(&case, n, &devices, SplitMode::Tensor);
-        let what = format!("NCCL tensor split {devices:?} prefill vs one GPU");
+        let what = format!("tensor split {devices:?} (default collective) prefill vs one GPU");
         check_close(&what, n, &tp_prefill, &one_prefill);
         let mut one_b = gpu_backend(&case, n, true);
         let mut split_b = split_backend(&case, n, true, &devices, SplitMode::Layer);
         assert_bits(
-            &format!("NCCL layer split {devices:?}, uneven chunks and reuse, {n:?}"),
+            &format!("layer split {devices:?} (NCCL), uneven chunks and reuse, {n:?}"),
             &scripted(&mut split_b, &case),
             &scripted(&mut one_b, &case),
         );
+    }
+}
+
+/// With two or more GPUs, the tensor split through each collective between GPUs: the peer sum (where the
+/// GPUs have peer access; eager and graphs) and NCCL, each within the gates against one GPU; the peer
+/// sum also bit for bit equal to the same ranks simulated on one GPU, since both add the ranks' partials
+/// in rank order.
+#[test]
+fn peer_and_nccl_tensor_split_match_one_gpu() {
+    let Some((case, devices)) = golden_on_gpus() else {
+        return;
+    };
+    let ctxs = dsv4_engine::gpu::multi::load::contexts(&devices).expect("contexts");
+    let peer = dsv4_kernels::peer_access_possible(&ctxs).expect("peer probe");
+    drop(ctxs);
+    let n = Numerics::Official;
+    let one = run_gpu_stepwise(&case, n, true);
+    let sim = run_split(&case, n, true, &vec![0; devices.len()], SplitMode::Tensor);
+    let mut runs = vec![(CollectiveKind::Nccl, true)];
+    if peer {
+        runs.extend([(CollectiveKind::Peer, false), (CollectiveKind::Peer, true)]);
+    } else {
+        eprintln!("SKIP (peer sum part): GPUs {devices:?} have no peer access");
+    }
+    for (kind, graphs) in runs {
+        let mut b = split_backend_with(&case, n, graphs, &devices, SplitMode::Tensor, kind);
+        let what = format!("{}, graphs {graphs}", b.describe());
+        let got = teacher_forced_stepwise(&mut b, &case);
+        check_close(&what, n, &got, &one);
+        if kind == CollectiveKind::Peer {
+            assert_bits(&format!("{what} vs simulated ranks"), &got, &sim);
+        }
     }
 }
 

@@ -27,6 +27,11 @@ grep -E "test result|FAILED|panicked|SKIP" $OUT/gpu_multi.log >> $OUT/tests.log
 echo "=== gpu_multi DSV4_PF_WGMMA=all" >> $OUT/tests.log
 DSV4_PF_WGMMA=all timeout 120 $B/gpu_multi-* --test-threads=1 --nocapture > $OUT/gpu_multi_wgmma.log 2>&1; echo "gpu_multi wgmma rc=$?" >> $OUT/tests.log
 grep -E "test result|FAILED|panicked|SKIP" $OUT/gpu_multi_wgmma.log >> $OUT/tests.log
+# The peer all-reduce needs both GPUs (it SKIPs in the single-GPU phase): the kernel and the backend's collective.
+echo "=== peer all-reduce" >> $OUT/tests.log
+timeout 60 $B/gpu-* peer --test-threads=1 > $OUT/peer.log 2>&1; echo "peer kernel rc=$?" >> $OUT/tests.log
+timeout 60 $B/gpu_collective-* --test-threads=1 >> $OUT/peer.log 2>&1; echo "gpu_collective rc=$?" >> $OUT/tests.log
+grep -E "test result|FAILED|panicked|SKIP" $OUT/peer.log >> $OUT/tests.log
 grep -E "===|test result|FAILED|panicked|rc=" $OUT/tests.log
 timeout 140 $B/dsv4 bench --gpus 0,1 --split tensor,layer --contexts 4096 --steps 10 --warmup 2 --prefill 1024,8192 --json $OUT/split.json > $OUT/split.txt 2>&1
 echo "split bench rc=$?"

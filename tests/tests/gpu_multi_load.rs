@@ -55,6 +55,7 @@ fn options(devices: &[usize], mode: SplitMode) -> MultiOptions {
         },
         devices: devices.to_vec(),
         mode,
+        collective: Default::default(),
     }
 }
 

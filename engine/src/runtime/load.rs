@@ -172,6 +172,7 @@ fn load_split(
         gpu: gpu_options(settings),
         devices: devices.to_vec(),
         mode: settings.split_mode,
+        collective: Default::default(),
     };
     progress(
         0.3,

@@ -10,6 +10,8 @@ use dsv4_engine::model::synth::{write_checkpoint, SplitMix64, SynthSpec};
 use dsv4_engine::reference::Model;
 use std::path::{Path, PathBuf};
 
+pub mod split;
+
 /// True with a usable GPU; otherwise prints why the test is skipped.
 pub fn gpu_or_skip() -> bool {
     match probe_gpu() {

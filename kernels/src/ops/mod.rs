@@ -13,6 +13,7 @@ pub mod gemv_ring;
 pub mod gemv_wg;
 pub mod mhc;
 pub mod moe_route;
+pub mod peer;
 // batched prefill kernels
 pub mod prefill_launch;
 pub mod prefill_params;

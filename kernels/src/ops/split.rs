@@ -21,6 +21,8 @@ pub struct SplitKernels {
     pub localize: CudaFunction,
     pub rank_moe_sum: CudaFunction,
     pub gather_cols: CudaFunction,
+    /// The peer all-reduce of ranks on different GPUs (peer.cu; see ops::peer).
+    pub peer_sum: CudaFunction,
 }
 
 impl SplitKernels {
@@ -31,6 +33,7 @@ impl SplitKernels {
             localize: get("moe_localize")?,
             rank_moe_sum: get("moe_rank_sum")?,
             gather_cols: get("gather_cols_bf16")?,
+            peer_sum: get("peer_sum_f32")?,
         })
     }
 }

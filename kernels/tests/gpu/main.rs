@@ -7,6 +7,7 @@ mod gemv;
 mod mhc;
 mod moe_route;
 mod norm_quant;
+mod peer;
 mod prefill_attn;
 mod prefill_gemm;
 mod prefill_index;

@@ -3,7 +3,7 @@
 //! that exist on every rank; snapshots save every rank's layers of a slot. Chunks longer than one token
 //! go through the split's batched prefill (multi/prefill.rs, prefill_tp.rs), as on one GPU.
 
-use super::collective::{GpuCollective, NcclComms, OnDeviceSum};
+use super::collective::{collective_for, CollectiveKind, GpuCollective};
 use super::graph::MultiGraphs;
 use super::load::{check_gpus_fit, contexts, gpu_plan, load_rank_weights, read_config};
 use super::model::MultiModel;
@@ -36,6 +36,8 @@ pub struct MultiOptions {
     /// (joined by an on-device sum instead of NCCL).
     pub devices: Vec<usize>,
     pub mode: SplitMode,
+    /// The collective between GPUs (default: `DSV4_COLLECTIVE`, else the peer sum where possible).
+    pub collective: CollectiveKind,
 }
 
 pub struct MultiGpuBackend {
@@ -85,26 +87,6 @@ impl ChunkRunner for SplitSteps<'_> {
     }
 }
 
-/// NCCL when every rank has its own GPU, the on-device sum when all share one.
-pub fn collective_for(gpus: &[Arc<GpuContext>]) -> Result<Box<dyn GpuCollective>, RunnerError> {
-    let first = &gpus[0];
-    if gpus.iter().all(|g| Arc::ptr_eq(g, first)) {
-        return Ok(Box::new(OnDeviceSum::new(first.clone(), gpus.len())));
-    }
-    let distinct = gpus
-        .iter()
-        .enumerate()
-        .all(|(i, g)| gpus[..i].iter().all(|o| !Arc::ptr_eq(o, g)));
-    if !distinct {
-        return Err(RunnerError::Split(
-            "ranks must all share one GPU (simulated) or each have their own".into(),
-        ));
-    }
-    Ok(Box::new(NcclComms::new(
-        gpus.iter().map(|g| g.stream.clone()).collect(),
-    )?))
-}
-
 impl MultiGpuBackend {
     /// Loads `dir` split over `opts.devices`, refusing up front when a GPU cannot hold its share plus
     /// the caches; on any failure nothing stays on the GPUs.
@@ -122,7 +104,7 @@ impl MultiGpuBackend {
         let seqs = opts.gpu.max_seqs.clamp(1, MAX_ROWS);
         check_gpus_fit(&plan, &gpus, opts.gpu.max_context, seqs)?;
         let weights = load_rank_weights(dir, &plan, &gpus, settings)?;
-        let built = Self::new(plan, gpus.clone(), weights, &opts.gpu);
+        let built = Self::new(plan, gpus.clone(), weights, &opts.gpu, opts.collective);
         if built.is_err() {
             super::load::release(&gpus)?;
         }
@@ -135,10 +117,12 @@ impl MultiGpuBackend {
         gpus: Vec<Arc<GpuContext>>,
         weights: Vec<RankWeights>,
         opts: &GpuOptions,
+        collective: CollectiveKind,
     ) -> Result<Self, RunnerError> {
         let seqs = opts.max_seqs.clamp(1, MAX_ROWS);
         let limit = opts.max_context.min(plan.cfg.max_position_embeddings);
-        let mut model = build_model(plan, gpus, weights, opts, seqs, limit)?;
+        let comm = collective_for(&gpus, plan.mode, collective)?;
+        let mut model = build_model(plan, gpus, weights, comm, opts, seqs, limit)?;
         // As on one GPU: the batched prefill reads FP8 linears and FP4 experts (BF16 checkpoints prefill
         // as decode steps), and runs where its kernels fit the model.
         let quantized = crate::gpu::weights::check_quantized(&model.cfg).is_ok();
@@ -196,12 +180,12 @@ fn build_model(
     plan: SplitPlan,
     gpus: Vec<Arc<GpuContext>>,
     weights: Vec<RankWeights>,
+    comm: Box<dyn GpuCollective>,
     opts: &GpuOptions,
     seqs: usize,
     limit: usize,
 ) -> Result<MultiModel, RunnerError> {
     let cfg = plan.cfg.clone();
-    let comm = collective_for(&gpus)?;
     let ranks = weights
         .into_iter()
         .zip(gpus)

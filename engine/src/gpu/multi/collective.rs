@@ -1,14 +1,17 @@
 //! Collectives between GPU ranks, step-synchronous like [`crate::parallel::Collective`]: one call
 //! carries every rank's buffer and enqueues the work on every rank's stream without a host sync, so it
-//! is captured into the decode graphs. Two implementations behind the same rank code:
+//! is captured into the decode graphs. Three implementations behind the same rank code:
 //! [`OnDeviceSum`] for ranks simulated on one GPU (a small summing kernel, a device copy for the
-//! hand-off) and [`NcclComms`] for one rank per GPU (NCCL, one communicator per GPU created in this
-//! process; one host thread drives all of them inside `ncclGroupStart/End`).
+//! hand-off), [`PeerSum`] for one rank per GPU with peer access (a kernel per rank that reads its
+//! peers' partials over NVLink; all-reduce only, the tensor split's one collective) and [`NcclComms`]
+//! for one rank per GPU otherwise (NCCL, one communicator per GPU created in this process; one host
+//! thread drives all of them inside `ncclGroupStart/End`).
 
 use crate::gpu::RunnerError;
+use crate::parallel::plan::SplitMode;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::cudarc::nccl::{self, ReduceOp};
-use dsv4_kernels::{bf16, GpuContext};
+use dsv4_kernels::{bf16, peer_access_possible, GpuContext, PeerAllReduce};
 use std::sync::Arc;
 
 /// The communication a split GPU model needs.
@@ -43,6 +46,77 @@ fn check_world(world: usize, got: usize) -> Result<(), RunnerError> {
         Ok(())
     } else {
         Err(fail(format!("{got} buffers for {world} ranks")))
+    }
+}
+
+/// Which collective joins ranks on distinct GPUs (ranks simulated on one GPU always use the on-device
+/// sum, and the layer split's hand-offs always NCCL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CollectiveKind {
+    /// `DSV4_COLLECTIVE` (`nccl` or `peer`) when set; otherwise the peer sum where the GPUs have peer
+    /// access, NCCL elsewhere.
+    #[default]
+    Auto,
+    Nccl,
+    /// Fails without peer access.
+    Peer,
+}
+
+impl CollectiveKind {
+    /// `Auto` resolved against `DSV4_COLLECTIVE` (still `Auto` when it is unset or empty).
+    fn resolved(self) -> Result<Self, RunnerError> {
+        if self != CollectiveKind::Auto {
+            return Ok(self);
+        }
+        match std::env::var("DSV4_COLLECTIVE")
+            .unwrap_or_default()
+            .as_str()
+        {
+            "" => Ok(CollectiveKind::Auto),
+            "nccl" => Ok(CollectiveKind::Nccl),
+            "peer" => Ok(CollectiveKind::Peer),
+            other => Err(fail(format!(
+                "DSV4_COLLECTIVE={other}: expected `nccl` or `peer`"
+            ))),
+        }
+    }
+}
+
+/// The collective for ranks on `gpus` (`gpus[r]` rank r's): the on-device sum when all share one GPU;
+/// with one GPU each, for the tensor split the peer sum or NCCL as `kind` says (see [`CollectiveKind`]),
+/// for the layer split NCCL (its hand-offs).
+pub fn collective_for(
+    gpus: &[Arc<GpuContext>],
+    mode: SplitMode,
+    kind: CollectiveKind,
+) -> Result<Box<dyn GpuCollective>, RunnerError> {
+    let Some(first) = gpus.first() else {
+        return Err(RunnerError::Split("no GPUs given".into()));
+    };
+    if gpus.iter().all(|g| Arc::ptr_eq(g, first)) {
+        return Ok(Box::new(OnDeviceSum::new(first.clone(), gpus.len())));
+    }
+    let distinct = gpus
+        .iter()
+        .enumerate()
+        .all(|(i, g)| gpus[..i].iter().all(|o| !Arc::ptr_eq(o, g)));
+    if !distinct {
+        return Err(RunnerError::Split(
+            "ranks must all share one GPU (simulated) or each have their own".into(),
+        ));
+    }
+    let peer = match (mode, kind.resolved()?) {
+        (SplitMode::Layer, _) | (_, CollectiveKind::Nccl) => false,
+        (_, CollectiveKind::Peer) => true,
+        (_, CollectiveKind::Auto) => {
+            gpus.len() <= dsv4_kernels::PEER_RANKS && peer_access_possible(gpus)?
+        }
+    };
+    if peer {
+        Ok(Box::new(PeerSum::new(gpus)?))
+    } else {
+        let streams = gpus.iter().map(|g| g.stream.clone()).collect();
+        Ok(Box::new(NcclComms::new(streams)?))
     }
 }
 
@@ -176,5 +250,73 @@ impl GpuCollective for NcclComms {
                 .map_err(|e| fail(format!("ncclRecv: {e:?}")))?;
             Ok(())
         })
+    }
+}
+
+/// Elements one peer launch sums (4 MiB of f32 per slot): a decode step's largest message (64 rows of
+/// 4096) in one launch. Longer messages (prefill chunks) go through NCCL where it is present.
+const PEER_CAP: usize = 1 << 20;
+
+/// One rank per GPU, the GPUs with peer access: the all-reduce is one kernel per rank that pushes its
+/// partial to every peer over NVLink, waits on flags in device memory and sums in rank order, so every
+/// rank gets the same bits (see kernels/cuda/peer.cu). Much cheaper than NCCL for the decode's small
+/// messages inside CUDA graphs; messages longer than one launch go through NCCL when libnccl is present
+/// (a prefill chunk's 16-128 MB: NCCL's one call outran the peer kernel's launches of 4 MB, kernels/
+/// BENCH_NOTES.md 2026-11-30 p2par), otherwise through several peer launches. Has no hand-off: the layer
+/// split keeps NCCL.
+pub struct PeerSum {
+    inner: PeerAllReduce,
+    /// NCCL for the long messages (None without libnccl).
+    long: Option<NcclComms>,
+}
+
+impl PeerSum {
+    /// Enables peer access between `gpus` (one rank each) and allocates the receive slots; an error
+    /// when the GPUs cannot reach each other. `DSV4_PEER_BLOCK_ELEMS` (diagnostic) overrides the
+    /// elements per block of the kernel's grid.
+    pub fn new(gpus: &[Arc<GpuContext>]) -> Result<Self, RunnerError> {
+        let mut inner = PeerAllReduce::new(gpus, PEER_CAP)?;
+        let tuned = std::env::var("DSV4_PEER_BLOCK_ELEMS").ok();
+        if let Some(elems) = tuned.and_then(|v| v.parse().ok()) {
+            inner = inner.with_block_elems(elems);
+        }
+        // Optional: without NCCL the long messages take several peer launches, still correct.
+        let long = NcclComms::new(gpus.iter().map(|g| g.stream.clone()).collect()).ok();
+        Ok(PeerSum { inner, long })
+    }
+}
+
+impl GpuCollective for PeerSum {
+    fn name(&self) -> &'static str {
+        "peer sum"
+    }
+
+    fn world(&self) -> usize {
+        self.inner.world()
+    }
+
+    fn all_reduce_sum(
+        &self,
+        bufs: &mut [&mut CudaSlice<f32>],
+        len: usize,
+    ) -> Result<(), RunnerError> {
+        check_world(self.inner.world(), bufs.len())?;
+        match &self.long {
+            Some(nccl) if len > self.inner.cap() => nccl.all_reduce_sum(bufs, len),
+            _ => Ok(self.inner.all_reduce_sum(bufs, len)?),
+        }
+    }
+
+    fn send(
+        &self,
+        from: usize,
+        to: usize,
+        _: &CudaSlice<bf16>,
+        _: &mut CudaSlice<bf16>,
+        _: usize,
+    ) -> Result<(), RunnerError> {
+        Err(fail(format!(
+            "send from rank {from} to {to}: the peer sum has no hand-off (the layer split uses NCCL)"
+        )))
     }
 }

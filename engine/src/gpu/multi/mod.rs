@@ -18,10 +18,14 @@
 //! - **Prefill**: prompts go through the batched prefill in chunks as on one GPU: in the layer split each
 //!   rank runs the one-GPU per-block prefill over its layers (prefill.rs), in the tensor split each rank
 //!   runs its share of every layer between all-reduces over the call's rows (prefill_tp.rs).
-//! - **Collectives** ([`collective::GpuCollective`]): NCCL with one communicator per GPU made in this
-//!   process, calls grouped so one thread drives all GPUs; or, for ranks simulated on one GPU, an
-//!   on-device summing kernel and a device copy. Both are enqueued like kernels, so every GPU's decode
-//!   step is captured into one CUDA graph per batch bucket ([`graph::MultiGraphs`]).
+//! - **Collectives** ([`collective::GpuCollective`], chosen by [`collective::collective_for`]): the
+//!   tensor split's all-reduces by the peer sum when the GPUs have peer access (a kernel per rank reading
+//!   its peers' partials over NVLink, summing in rank order), otherwise NCCL with one communicator per
+//!   GPU made in this process, calls grouped so one thread drives all GPUs (the layer split's hand-offs
+//!   always); or, for ranks simulated on one GPU, an on-device summing kernel and a device copy.
+//!   `DSV4_COLLECTIVE=nccl|peer` overrides the choice for the tensor split (A/B). All are enqueued like
+//!   kernels, so every GPU's decode step is captured into one CUDA graph per batch bucket
+//!   ([`graph::MultiGraphs`]).
 //! - **Loading** ([`load`]): the fit check per GPU before reading, then `parallel::load::load_shares`
 //!   with a GPU staging ([`stage::GpuStaging`]) that puts every piece on its rank's GPU as it is read;
 //!   any failure drops the staging and trims the memory pools, so nothing stays on the GPUs.
@@ -39,5 +43,6 @@ pub mod store;
 pub mod synth;
 pub mod weights;
 
-pub use backend::{collective_for, MultiGpuBackend, MultiOptions};
+pub use backend::{MultiGpuBackend, MultiOptions};
+pub use collective::{collective_for, CollectiveKind};
 pub use model::{CollectiveProbe, MultiModel};

@@ -45,6 +45,10 @@ pub struct BenchArgs {
     /// what the collectives cost inside the graphs).
     #[arg(long)]
     without_collectives: bool,
+    /// With --gpus, tensor split: the collectives to time in turn on the same model build (`auto`: the
+    /// backend's choice; `nccl`, `peer`, `none` = every collective skipped).
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = multi::parse_comm)]
+    collectives: Vec<multi::CommChoice>,
     /// Split modes to run with --gpus, in turn.
     #[arg(long, value_delimiter = ',', default_value = "tensor", value_parser = parse_split)]
     split: Vec<SplitMode>,
@@ -68,6 +72,19 @@ impl BenchArgs {
         let ctx = self.contexts.iter().copied().max().unwrap_or(4096);
         ctx.max(longest) + self.warmup + self.steps + 8
     }
+}
+
+/// The collectives a split mode is timed with: the layer split has one hand-off per step (the backend's
+/// choice); the tensor split each of `--collectives`, then none with `--without-collectives`.
+fn comms_for(args: &BenchArgs, mode: SplitMode) -> Vec<multi::CommChoice> {
+    let mut out = match mode {
+        SplitMode::Layer => vec![multi::CommChoice::Auto],
+        SplitMode::Tensor => args.collectives.clone(),
+    };
+    if mode == SplitMode::Tensor && args.without_collectives {
+        out.push(multi::CommChoice::Without);
+    }
+    out
 }
 
 fn parse_split(s: &str) -> Result<SplitMode, String> {
@@ -117,10 +134,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     if args.gpus.len() >= 2 {
         let mut reports = Vec::new();
         for &mode in &args.split {
-            reports.push(multi::run(args, &args.gpus, mode, false)?);
-        }
-        if args.without_collectives {
-            reports.push(multi::run(args, &args.gpus, SplitMode::Tensor, true)?);
+            reports.extend(multi::run(args, &args.gpus, mode, &comms_for(args, mode))?);
         }
         if let Some(p) = &args.json {
             std::fs::write(p, serde_json::to_string_pretty(&reports)?)?;

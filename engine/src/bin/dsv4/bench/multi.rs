@@ -15,10 +15,11 @@ use dsv4_engine::gpu::multi::load::{contexts, gpu_plan};
 use dsv4_engine::gpu::multi::rank::Rank;
 use dsv4_engine::gpu::multi::synth::synthetic_rank;
 use dsv4_engine::gpu::multi::weights::rank_attention_config;
-use dsv4_engine::gpu::multi::{collective_for, CollectiveProbe, MultiModel};
+use dsv4_engine::gpu::multi::{collective_for, CollectiveKind, CollectiveProbe, MultiModel};
 use dsv4_engine::gpu::{PrefillSeg, RunnerError};
-use dsv4_kernels::bf16;
 use dsv4_kernels::cudarc::driver::CudaSlice;
+use dsv4_kernels::{bf16, GpuContext};
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(serde::Serialize)]
@@ -79,12 +80,49 @@ impl GpuCollective for NoCollective {
     }
 }
 
+/// Which collective a timing runs with (`--collectives`, tensor split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommChoice {
+    /// What the backend picks (`collective_for`, `DSV4_COLLECTIVE` included).
+    Auto,
+    Nccl,
+    Peer,
+    /// Every collective skipped (`--without-collectives`).
+    Without,
+}
+
+pub fn parse_comm(s: &str) -> Result<CommChoice, String> {
+    match s {
+        "auto" => Ok(CommChoice::Auto),
+        "nccl" => Ok(CommChoice::Nccl),
+        "peer" => Ok(CommChoice::Peer),
+        "none" => Ok(CommChoice::Without),
+        _ => Err(format!("`{s}`: expected auto, nccl, peer or none")),
+    }
+}
+
+fn make_comm(
+    choice: CommChoice,
+    gpus: &[Arc<GpuContext>],
+    mode: SplitMode,
+) -> Result<Box<dyn GpuCollective>, RunnerError> {
+    let kind = match choice {
+        CommChoice::Auto => CollectiveKind::Auto,
+        CommChoice::Nccl => CollectiveKind::Nccl,
+        CommChoice::Peer => CollectiveKind::Peer,
+        CommChoice::Without => return Ok(Box::new(NoCollective(gpus.len()))),
+    };
+    collective_for(gpus, mode, kind)
+}
+
+/// Builds the split model once and times it with each of `comms` in turn (the same weights, so the
+/// collectives compare within one process); one report per collective.
 pub fn run(
     args: &BenchArgs,
     devices: &[usize],
     mode: SplitMode,
-    without_collectives: bool,
-) -> anyhow::Result<MultiReport> {
+    comms: &[CommChoice],
+) -> anyhow::Result<Vec<MultiReport>> {
     let cfg = plan::flash_config()?;
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
@@ -109,23 +147,42 @@ pub fn run(
             max_ctx,
         )?);
     }
-    let comm: Box<dyn GpuCollective> = if without_collectives {
-        Box::new(NoCollective(gpus.len()))
-    } else {
-        collective_for(&gpus)?
-    };
-    let collective = comm.name().to_string();
+    let first = *comms.first().unwrap_or(&CommChoice::Auto);
+    let comm = make_comm(first, &gpus, mode)?;
+    let mut model = MultiModel::new(plan, Numerics::Official, ranks, comm, max_b, max_b)?;
+    let mut reports = Vec::with_capacity(comms.len());
+    for (i, &choice) in comms.iter().enumerate() {
+        if i > 0 {
+            model.synchronize()?;
+            model.comm = make_comm(choice, &gpus, mode)?;
+        }
+        let without = choice == CommChoice::Without;
+        reports.push(time_with(args, &mut model, devices, &gb, without)?);
+    }
+    Ok(reports)
+}
+
+/// Decode (eager and graphs) and prefill timings of `model` with its current collective.
+fn time_with(
+    args: &BenchArgs,
+    model: &mut MultiModel,
+    devices: &[usize],
+    gb: &[f64],
+    without_collectives: bool,
+) -> anyhow::Result<MultiReport> {
+    let mode = model.plan.mode;
+    let collective = model.comm.name().to_string();
     println!(
         "{} ranks ({} split, {collective}) on GPUs {devices:?}: weights {:?} GB per rank",
-        gpus.len(),
+        model.ranks.len(),
         split_name(mode),
         gb.iter()
             .map(|g| (g * 10.0).round() / 10.0)
             .collect::<Vec<_>>()
     );
-    let mut model = MultiModel::new(plan, Numerics::Official, ranks, comm, max_b, max_b)?;
     model.synchronize()?;
-    let (graphs, graph_error) = match MultiGraphs::capture(&mut model, &args.batches) {
+    // The graphs are dropped at the end of this call, before the collective they captured.
+    let (graphs, graph_error) = match MultiGraphs::capture(model, &args.batches) {
         Ok(g) => (g, None),
         Err(e) => {
             println!("graph capture failed ({e}): eager only");
@@ -136,8 +193,8 @@ pub fn run(
     let mut rows = Vec::new();
     for &c in &args.contexts {
         for &b in args.batches.iter().filter(|&&b| (1..=64).contains(&b)) {
-            let inp = Inputs::new(b, c, cfg.vocab_size);
-            let (coll_ms, count) = collective_ms(&mut model, &inp)?;
+            let inp = Inputs::new(b, c, model.cfg.vocab_size);
+            let (coll_ms, count) = collective_ms(model, &inp)?;
             let modes: &[bool] = if graphs.buckets().contains(&b) {
                 &[false, true]
             } else {
@@ -146,7 +203,7 @@ pub fn run(
             for &graph in modes {
                 let none = MultiGraphs::empty();
                 let g = if graph { &graphs } else { &none };
-                let ms = time_steps(&mut model, g, &inp, args.warmup, args.steps)?;
+                let ms = time_steps(model, g, &inp, args.warmup, args.steps)?;
                 rows.push(MultiRow {
                     split: split_name(mode).into(),
                     gpus: devices.to_vec(),
@@ -166,25 +223,24 @@ pub fn run(
     let prefill = if prompts.is_empty() || without_collectives {
         Vec::new()
     } else if model.enable_prefill(chunk) {
-        let mut r = SplitPrompts {
-            model: &mut model,
-            start: None,
-        };
+        let mut r = SplitPrompts { model, start: None };
         prefill::time_runner(&mut r, &prompts, chunk)?
     } else {
         println!("no prefill workspace of {chunk} tokens fits: prefill not timed");
         Vec::new()
     };
     let report = MultiReport {
-        gpu: gpus[0].info.name.clone(),
+        gpu: model.ranks[0].gpu.info.name.clone(),
         collective,
-        weights_gb_per_rank: gb,
+        weights_gb_per_rank: gb.to_vec(),
         graph_error,
         rows,
         prefill,
     };
     print_report(&report);
     prefill::print(&report.prefill, &[], chunk);
+    drop(graphs);
+    model.synchronize()?;
     Ok(report)
 }
 
