@@ -299,9 +299,10 @@ impl GpuContext {
             l.arg(v);
         }
         l.arg(&out_bf16).arg(&iv[5]);
-        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, dw, ds, dout, S, topk, N, K, x_per_slot, out_bf16, kw);
-        // buffers checked above (check_mat for each matrix; block z reads matrix z at base + z * offset);
-        // expert ids come from meta, which moe_group only fills with ids in [0, E).
+        // SAFETY: fp4_expert_mtX or fp4_expert_n{N}k{K}w{KW} (x, w, s, meta, out, dw, ds, dout, S, topk, N, K,
+        // x_per_slot, out_bf16, kw); buffers checked above for `shape` (check_mat for each matrix; block z reads
+        // matrix z at base + z * offset); a fixed-size kernel is only passed in (fp4_kernel) when its N, K and kw
+        // are the shape's and the tune's; expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;
         Ok(())
     }
