@@ -3,7 +3,7 @@
 // Math:    for each slot i = b*topk + t with expert e = ids[i]:
 //          y[i, n] = sum_j x[r(i), j] * W[e, n, j],  r(i) = i if x_per_slot else b (w2 reads each slot's row).
 // Layout:  W bf16 [E, N, K] (checkpoint layout, experts concatenated); x bf16 [rows, K]; y f32 or bf16
-//          [B*topk, N]; meta from `moe_group` (fp4_expert.cu): [num_groups, group_expert[S], group_start[S+1],
+//          [B*topk, N]; meta from `moe_group` (moe_group.cu): [num_groups, group_expert[S], group_start[S+1],
 //          slots[S]], so the expert ids stay on the device and the launch is graph-capturable.
 // Launch:  bf16_expert: grid (ceil(N / 8), min(E, S), matrices), block 256 = 8 warps; blockIdx.z = 1 reads
 //          (w_b, out_b) instead of (w, out), so w1 and w3 run as one launch. Blocks past num_groups exit. A warp

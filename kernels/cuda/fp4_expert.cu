@@ -15,6 +15,8 @@
 //          kw warps (1, 2, 4) split K and reduce through shared memory in a fixed order; M and kw are picked
 //          on the host from the shape (Fp4Tune). Decode groups hold 1-2 tokens, so the token tile is one mma
 //          n8 tile; a group of more than 8 tokens takes further passes (its weights come again, mostly L2).
+//          fp4_expert_n{N}k{K}w{KW} (fp4_expert_fixed, v6): the same kernel with the model's sizes compiled in;
+//          the host takes it instead of fp4_expert_mt2 when the shape and kw match (same bits).
 // Memory:  each thread streams its 2M rows x 16 B per 128-wide K chunk global -> shared with cp.async.cg into
 //          a private 3-stage ring (a thread reads back only what it copied), so 2 chunks are in flight while it
 //          computes one. The scale words (K % 128 == 0) ride along: lane l copies the 4-byte word of its warp's
@@ -58,6 +60,15 @@
 //       kbench, rotated ids, us): w1 B=8 85.6 -> 83.0, B=64 381-397 -> 385.5; w2 B=8 84.7 -> 83.3, B=64 401
 //       -> 378; full model (graphs, 4K) batch 8 471.8 -> 481.2 tok/s, batch 64 1094 -> 1137, 1K-prompt
 //       TTFT 280 -> 265 ms. Far less than the 20% fewer instructions: integer issue was not the only limit.
+//   v6  (this; kernel alone, the grouping made up front) fixed-size kernels for the model's w1 / w3 (2048 x
+//       4096, kw 4) and w2 (4096 x 2048, kw 2). ncu of v5 (kbench fp4prof): the integer ALU pipe the busiest
+//       (44-67%) at every batch, the math-pipe throttle the top stall at batch 8-64, and at batch 1 a single
+//       partial wave (0.42-0.83) of 2.8-5 warps per scheduler, "no eligible" 39-52%. ~90 of the 383 SASS per
+//       chunk were bookkeeping ptxas recomputed from the parameters each chunk (slot offsets, validity bits,
+//       ring indices, x address); with N, K, kw constants and the 8 chunks unrolled the chunk costs 325 (ALU
+//       191 -> 160). Same bits. kbench 2026-11-30 (rotated ids, us, 2-3 runs, v5 -> v6): w1+w3 B=1 23.2-24.8
+//       -> 23.1-23.9, B=8 133-136 -> 125-127, B=64 687-689 -> 603-604; w2 B=1 15.6-16.8 -> 14.2-15.2, B=8
+//       74-76 -> 72-74, B=64 356 -> 304. Batch 1 stays latency-bound (one partial wave), not issue-bound.
 #include "common.cuh"
 
 #define FP4_WARPS 4  // warps per block (128 threads)
@@ -115,6 +126,56 @@ __device__ __forceinline__ void fp4_chunk(float* acc, const uint4 (&wv)[2 * MT],
     fp4_chunk_x<MT>(acc, wv, f, xv);
 }
 
+// The block's group (expert e, its slots s0 .. s0 + cnt of `slots`), this thread's place and its warp's K split
+// and rows, as the first statements of both bodies (a block past the device's group count exits). A macro, not a
+// function: as a function that returns the values, ptxas allocated the bodies' registers differently (measured
+// SASS changed), and these are the statements the measurements were made with.
+#define FP4_BLOCK_PLACE(MT, KW)                                                    \
+    const int grp = blockIdx.y;                                                    \
+    if (grp >= meta[0]) return;                                                    \
+    const int e = meta[1 + grp];                                                   \
+    const int s0 = meta[1 + S + grp];                                              \
+    const int cnt = meta[2 + S + grp] - s0;                                        \
+    const i32* slots = meta + 2 + 2 * S;                                           \
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;                 \
+    const int g = lane >> 2, t = lane & 3;                                         \
+    const int kw = warp % KW;                                                      \
+    const int row0 = (blockIdx.x * (FP4_WARPS / KW) + warp / KW) * (16 * MT);
+
+// The end of one pass (both bodies): the KW warps of each row group summed in a fixed order through `red` (the
+// ring, free once every copy has landed), then warp kw = 0 stores its rows of the pass's real columns.
+template <int MT>
+__device__ __forceinline__ void fp4_finish(float* acc, uint4* ring, int KW, int kw, int warp, int row0, int N, int c0,
+                                           int cnt, const i32* slots, void* out, int out_bf16) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    if (KW > 1) {  // block-uniform
+        float* red = reinterpret_cast<float*>(ring);
+        __syncthreads();
+        if (kw != 0) {
+#pragma unroll
+            for (int i = 0; i < MT * 4; ++i) red[(warp * MT * 4 + i) * 32 + lane] = acc[i];
+        }
+        __syncthreads();
+        if (kw == 0) {
+            for (int j = 1; j < KW; ++j)
+#pragma unroll
+                for (int i = 0; i < MT * 4; ++i) acc[i] += red[((warp + j) * MT * 4 + i) * 32 + lane];
+        }
+        __syncthreads();  // the next pass refills the ring
+    }
+    if (kw == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + mt * 16 + g + (i >> 1) * 8;
+                const int cc = c0 + 2 * t + (i & 1);
+                if (row >= N || cc >= cnt) continue;
+                store_out(out, (u64)slots[cc] * N + row, acc[mt * 4 + i], out_bf16);
+            }
+    }
+}
+
 template <int MT, bool SCA, bool FULL>
 __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const u8* __restrict__ w,
                                                 const u8* __restrict__ s, const i32* __restrict__ meta,
@@ -122,17 +183,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
                                                 int x_per_slot, int out_bf16, int KW,
                                                 uint4 (&ring)[FP4_ST][2 * MT][FP4_WARPS * 32],
                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32]) {
-    const int grp = blockIdx.y;
-    if (grp >= meta[0]) return;
-    const int e = meta[1 + grp];
-    const int s0 = meta[1 + S + grp];
-    const int cnt = meta[2 + S + grp] - s0;
-    const i32* slots = meta + 2 + 2 * S;
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int kw = warp % KW;
-    const int row0 = (blockIdx.x * (FP4_WARPS / KW) + warp / KW) * (16 * MT);
+    FP4_BLOCK_PLACE(MT, KW)
     const int kb2 = K >> 1, ks = K >> 5, nch = (K + 127) >> 7;
     // SCA = (K % 128 == 0): no partial last chunk, and the 4 scale bytes of a chunk row are one aligned word
     // that rides along in the ring (the device scale layout puts a chunk's words of consecutive rows side by
@@ -254,32 +305,70 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
             if (sc_async) __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
         }
 
-        if (KW > 1) {  // block-uniform: sum the KW warps of each row group in a fixed order
-            float* red = reinterpret_cast<float*>(&ring[0][0][0]);
-            __syncthreads();
-            if (kw != 0) {
+        fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, cnt, slots + s0, out, out_bf16);
+    }
+}
+
+// The model's routed-expert shapes with every size a compile-time constant (v6): N rows, K inputs, KW warps over
+// K, 32-row warps, N % (128 / KW) == 0 (every row of every block exists) and K % (128 KW) == 0 (every warp runs
+// M = K / (128 KW) whole chunks). The same copies, products and sums in the same order as fp4_expert_body<2,
+// true, false> with the same KW, so the same bits; only the bookkeeping differs: one weight and one scale
+// pointer per thread, slots and chunks at constant offsets from them, and a fully unrolled chunk loop whose
+// ring slots are constants. (The generic body recomputes per chunk, from the parameters, the per-slot offsets,
+// validity bits, ring indices and x address: ~90 of its 383 SASS instructions per chunk, half of them on the
+// integer ALU pipe that bounds it.)
+template <int N, int K, int KW>
+__device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, const u8* __restrict__ w,
+                                                 const u8* __restrict__ s, const i32* __restrict__ meta,
+                                                 void* __restrict__ out, int S, int topk, int x_per_slot,
+                                                 int out_bf16, uint4 (&ring)[FP4_ST][4][FP4_WARPS * 32],
+                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32]) {
+    constexpr int MT = 2, KB2 = K / 2, M = K / (128 * KW);
+    static_assert(K % (128 * KW) == 0 && N % (16 * MT * FP4_WARPS / KW) == 0, "not a fixed shape");
+    FP4_BLOCK_PLACE(MT, KW)
+    // This warp's chunk j is c = kw + j KW: slot i's 16 weight bytes at wp + i 8 KB2 + j KW 64, the scale word of
+    // row row0 + lane (device scale layout) at sp + j KW 4 N, x at xp + j KW 128.
+    const u8* wp = w + ((u64)e * N + (u32)(row0 + g)) * KB2 + t * 16 + kw * 64;
+    const u8* sp = s + (u64)e * N * (K / 32) + ((u32)kw * N + (u32)(row0 + lane)) * 4u;
+    const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][warp][lane]);
+    auto issue = [&](int j) {  // j is a constant after unrolling
 #pragma unroll
-                for (int i = 0; i < MT * 4; ++i) red[(warp * MT * 4 + i) * 32 + lane] = acc[i];
-            }
-            __syncthreads();
-            if (kw == 0) {
-                for (int j = 1; j < KW; ++j)
+        for (int i = 0; i < 2 * MT; ++i)
+            cp_async16(ring_s + (u32)((j % FP4_ST) * 2 * MT + i) * (FP4_WARPS * 32 * 16),
+                       wp + (i * 8 * KB2 + j * KW * 64), 16u);
+        cp_async4(sring_s + (u32)(j % FP4_SST) * (FP4_WARPS * 32 * 4), sp + (u64)j * KW * 4 * N, 4u);
+    };
+
+    for (int c0 = 0; c0 < cnt; c0 += 8) {
+        const int col = min(c0 + g, cnt - 1);  // padding columns read the group's last token
+        const int xs = slots[s0 + col];
+        const u16* xp = x + (u64)(x_per_slot ? xs : xs / topk) * K + kw * 128 + t * 32;
+        float acc[MT * 4];
 #pragma unroll
-                    for (int i = 0; i < MT * 4; ++i) acc[i] += red[((warp + j) * MT * 4 + i) * 32 + lane];
-            }
-            __syncthreads();  // the next pass refills the ring
+        for (int i = 0; i < MT * 4; ++i) acc[i] = 0.f;
+#pragma unroll
+        for (int j = 0; j < FP4_ST - 1; ++j) {
+            if (j < M) issue(j);
+            cp_async_commit();
         }
-        if (kw == 0) {
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+        for (int j = 0; j < M; ++j) {
+            if (j + FP4_ST - 1 < M) issue(j + FP4_ST - 1);
+            cp_async_commit();
+            cp_async_wait<FP4_ST - 1>();  // this thread's copies of chunk j have landed
+            __syncwarp();                 // ... and every lane's (the scale words)
+            uint4 wv[2 * MT];
+            u32 f[2 * MT];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int row = row0 + mt * 16 + g + (i >> 1) * 8;
-                    const int cc = c0 + 2 * t + (i & 1);
-                    if (row >= N || cc >= cnt) continue;
-                    store_out(out, (u64)slots[s0 + cc] * N + row, acc[mt * 4 + i], out_bf16);
-                }
+            for (int i = 0; i < 2 * MT; ++i) wv[i] = ring[j % FP4_ST][i][tid];
+#pragma unroll
+            for (int i = 0; i < 2 * MT; ++i)
+                f[i] = scale_pair(byte_perm(sring[j % FP4_SST][warp][8 * i + g], 0u, 0x4440u | (u32)t));
+            fp4_chunk<MT>(acc, wv, f, xp + j * KW * 128);
         }
+        cp_async_wait<0>();
+        __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
+        fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, cnt, slots + s0, out, out_bf16);
     }
 }
 
@@ -316,67 +405,21 @@ FP4_EXPERT_KERNEL(1, 8)
 FP4_EXPERT_KERNEL(2, 7)
 #undef FP4_ARGS
 
-// Groups the S = B*topk slots by expert in one block (every loop strides by blockDim; warp 0 scans). Ids
-// outside [0, E) are dropped. meta = [num_groups, group_expert[S], group_start[S+1], slots[S]]. `sm` is at
-// least 5120 ints of shared memory. The ids are read with ld.global.cg (L2, never the non-coherent read-only
-// path): moe_route_group calls this on ids that other blocks of the same launch wrote.
-__device__ __forceinline__ void moe_group_block(const i32* ids, int S, int E, i32* __restrict__ meta, int* sm) {
-    int* cnt = sm;           // [1024]
-    int* start = sm + 1024;  // [1024]
-    int* gidx = sm + 2048;   // [1024]
-    int* sid = sm + 3072;    // [2048] the ids, when they fit: the rank loop below re-reads them S times
-    __shared__ int totals[2];
-    const int tid = threadIdx.x, lane = tid & 31;
-    for (int e = tid; e < E; e += blockDim.x) cnt[e] = 0;
-    __syncthreads();
-    for (int i = tid; i < S; i += blockDim.x) {
-        const int e = __ldcg(ids + i);
-        if (i < 2048) sid[i] = e;
-        if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+// fp4_expert_fixed at the model's shapes, named fp4_expert_n{N}k{K}w{KW} (the host picks one when the launch
+// matches it: the same bits as fp4_expert_mt2 with that KW). Same parameters as fp4_expert_mtM (N, K, kw are
+// ignored: the name's).
+#define FP4_FIXED_KERNEL(N_, K_, KW_)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, 7) fp4_expert_n##N_##k##K_##w##KW_(      \
+        const u16* x, const u8* w, const u8* s, const i32* meta, void* out, u64 dw, u64 ds, u64 dout,     \
+        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
+        __shared__ __align__(16) uint4 ring[FP4_ST][4][FP4_WARPS * 32];                                   \
+        __shared__ u32 sring[FP4_SST][FP4_WARPS][32];                                                     \
+        pdl_wait();                                                                                       \
+        fp4_expert_fixed<N_, K_, KW_>(x, (const u8*)((u64)w + blockIdx.z * dw),                           \
+                                      (const u8*)((u64)s + blockIdx.z * ds), meta,                        \
+                                      (void*)((u64)out + blockIdx.z * dout), S, topk, x_per_slot,         \
+                                      out_bf16, ring, sring);                                             \
     }
-    __syncthreads();
-    if (tid < 32) {  // exclusive scans of counts and of "expert is used", 32 experts at a time
-        int run_c = 0, run_g = 0;
-        for (int base = 0; base < E; base += 32) {
-            const int e = base + lane;
-            const int c = e < E ? cnt[e] : 0, used = c > 0 ? 1 : 0;
-            int ic = c, ig = used;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const int vc = __shfl_up_sync(0xffffffffu, ic, o), vg = __shfl_up_sync(0xffffffffu, ig, o);
-                if (lane >= o) { ic += vc; ig += vg; }
-            }
-            if (e < E) { start[e] = run_c + ic - c; gidx[e] = run_g + ig - used; }
-            run_c += __shfl_sync(0xffffffffu, ic, 31);
-            run_g += __shfl_sync(0xffffffffu, ig, 31);
-        }
-        if (lane == 0) { totals[0] = run_g; totals[1] = run_c; }
-    }
-    __syncthreads();
-    const int G = totals[0];
-    i32* group_expert = meta + 1;
-    i32* group_start = meta + 1 + S;
-    i32* slots = meta + 2 + 2 * S;
-    if (tid == 0) { meta[0] = G; group_start[G] = totals[1]; }
-    for (int e = tid; e < E; e += blockDim.x)
-        if (cnt[e] > 0) { group_expert[gidx[e]] = e; group_start[gidx[e]] = start[e]; }
-    for (int i = tid; i < S; i += blockDim.x) {
-        const int e = i < 2048 ? sid[i] : __ldcg(ids + i);
-        if (e < 0 || e >= E) continue;
-        int rank = 0;  // all lanes read sid[j] together: a shared-memory broadcast
-        if (S <= 2048)
-            for (int j = 0; j < i; ++j) rank += sid[j] == e ? 1 : 0;
-        else
-            for (int j = 0; j < i; ++j) rank += __ldcg(ids + j) == e ? 1 : 0;
-        slots[start[e] + rank] = i;
-    }
-}
-
-// moe_group: moe_group_block as its own launch (the tensor-split rank groups its localized ids with it).
-// The launcher uses 256 threads.
-extern "C" __global__ void __launch_bounds__(1024) moe_group(const i32* __restrict__ ids, int S, int E,
-                                                             i32* __restrict__ meta) {
-    pdl_wait();
-    __shared__ int sm[5120];
-    moe_group_block(ids, S, E, meta, sm);
-}
+FP4_FIXED_KERNEL(2048, 4096, 4)  // routed w1 / w3
+FP4_FIXED_KERNEL(4096, 2048, 2)  // routed w2
+#undef FP4_FIXED_KERNEL

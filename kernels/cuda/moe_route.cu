@@ -5,7 +5,7 @@
 //          (descending, ties to the lower id, like the CPU reference); weights = s_idx / sum s_idx * scale.
 //          Outputs ids i32 [rows*topk] (feeds moe_group) and weights f32 [rows*topk].
 //          Launch: grid rows, block 32 (one warp); top-k by k warp argmax rounds on registers.
-// moe_route_group: moe_route then moe_group (fp4_expert.cu) in one launch (one block, or the last block, groups).
+// moe_route_group: moe_route then moe_group (moe_group.cu) in one launch (one block, or the last block, groups).
 // moe_swiglu: h = silu(min(g, L)) * clamp(u, -L, L) * wt (L = swiglu_limit, no clamp when L <= 0); either
 //          rounded to bf16, or (quant != 0, official numerics) FP8 act-quant fake-quantised from f32 in blocks of 128
 //          along the row (a shorter last block when I % 128 != 0, as the CPU reference does). g, u f32 [S, I]
@@ -15,7 +15,7 @@
 // fake_quant_rows: the same FP8 fake quantisation of a bf16 [rows, D] tensor (any D, tail block shorter),
 //          out may alias x. Needed because act_quant_bf16 requires D % 128 == 0 (tiny models have D = 32).
 // Depends on fq_block from mhc.cu, f32_to_e4m3 / e4m3_to_f32 from act_quant.cu and moe_group_block from
-// fp4_expert.cu (same translation unit; all sort first).
+// moe_group.cu (same translation unit; all sort first).
 #include "common.cuh"
 
 #define QBLOCK 128
@@ -183,7 +183,7 @@ __device__ __forceinline__ void route_group_warp(const int* sid, int S, int E, i
     }
 }
 
-// moe_route and moe_group (fp4_expert.cu) in one launch; warp w of block b routes row b * warps + w exactly as
+// moe_route and moe_group (moe_group.cu) in one launch; warp w of block b routes row b * warps + w exactly as
 // moe_route does. Two shapes (the launcher picks by rows):
 // - one block (rows <= ROUTE_GROUP_ONE_BLOCK, one warp per row): the ids also go to shared memory; after one
 //   barrier warp 0 groups them (route_group_warp) when rows * topk <= 32, else the block runs moe_group_block.

@@ -8,11 +8,12 @@ use std::error::Error;
 
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
 use dsv4_kernels::{
-    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, moe_group_meta_len, ExpertShape, Fp4Tune,
-    GemvOut, GemvParams, GemvPath, GemvScratch, GemvWeights, Gpu, GpuContext, RingTune,
-    GEMV_ROW_TILE,
+    bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvPath, GemvScratch,
+    GemvWeights, Gpu, GpuContext, RingTune, GEMV_ROW_TILE,
 };
 
+#[path = "kbench_pf/fp4.rs"]
+mod fp4;
 #[path = "kbench_pf/hc.rs"]
 mod hc;
 #[path = "kbench_pf/launch.rs"]
@@ -264,91 +265,6 @@ fn ptr_of<T>(v: &mut CudaSlice<T>, g: &GpuContext) -> u64 {
     v.device_ptr_mut(&g.stream).0
 }
 
-/// Expert ids for `b` tokens: distinct per token, spread like a router would; `set` shifts them so that
-/// rotating over sets keeps the weights out of L2 even at batch 1.
-fn expert_ids(b: usize, topk: usize, e: usize, set: usize) -> Vec<i32> {
-    (0..b * topk)
-        .map(|i| (((i / topk) * 37 + (i % topk) * 41 + set * 32) % e) as i32)
-        .collect()
-}
-
-/// One routed-expert matrix (`n` x `k`, x per token or per slot) at batch 1, 8, 64: the default tuning with
-/// ids rotated over 8 sets and with one fixed set (the first notes' method), then every variant (rotated).
-fn bench_fp4(
-    g: &GpuContext,
-    name: &str,
-    n: usize,
-    k: usize,
-    per_slot: bool,
-    copy: f64,
-    batches: &[usize],
-) -> R<()> {
-    let (e, topk, sets) = (256usize, 6usize, 8usize);
-    let w = noise(g, e * n * k / 2, 11, 0xff)?;
-    let sc = noise(g, e * n * k / 32, 13, 0x0f)?;
-    let mut tunes = vec![("default", None)];
-    for (label, kw, mt) in [
-        ("kw1 mt2", 1, 2),
-        ("kw2 mt2", 2, 2),
-        ("kw4 mt2", 4, 2),
-        ("kw1 mt1", 1, 1),
-        ("kw2 mt1", 2, 1),
-        ("kw4 mt1", 4, 1),
-    ] {
-        tunes.push((label, Some(Fp4Tune { kw, mt })));
-    }
-    for &b in batches {
-        let shape = ExpertShape {
-            b,
-            topk,
-            experts: e,
-            n,
-            k,
-            x_per_slot: per_slot,
-        };
-        let ids: Vec<Vec<i32>> = (0..sets).map(|r| expert_ids(b, topk, e, r)).collect();
-        let distinct = {
-            let mut v = ids[0].clone();
-            v.sort_unstable();
-            v.dedup();
-            v.len()
-        };
-        let dids = ids
-            .iter()
-            .map(|v| Ok(g.stream.clone_htod(v)?))
-            .collect::<R<Vec<_>>>()?;
-        let mut meta = filled(g, moe_group_meta_len(b * topk), 0i32)?;
-        let xrows = if per_slot { b * topk } else { b };
-        let x = filled(g, xrows * k, bf16::from_f32(0.5))?;
-        let mut y = filled(g, b * topk * n, bf16::ZERO)?;
-        let bytes = (distinct * (n * k / 2 + n * k / 32) + 2 * xrows * k + 2 * b * topk * n) as f64;
-        let floor_us = bytes / copy / 1e3;
-        let runs = [(tunes[0], 1usize)]
-            .into_iter()
-            .chain(tunes.iter().map(|t| (*t, sets)));
-        for ((label, tune), rot) in runs {
-            let ms = time_ms(g, 20, |i| {
-                g.launch_moe_group(&g.stream, &shape, &dids[i % rot], &mut meta)?;
-                let out = GemvOut::bf16(&mut y, &g.stream);
-                let tune = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
-                Ok(g.launch_fp4_expert_tuned(&g.stream, &shape, &x, &w, &sc, &meta, out, tune)?)
-            })?;
-            let gbs = bytes / ms / 1e6;
-            let how = if rot == 1 { "fixed ids" } else { "rotated" };
-            let t = tune.unwrap_or_else(|| Fp4Tune::for_shape(&shape));
-            println!(
-                "| fp4 {name} ({distinct:>3} exp) {label} {how} | {n}x{k} | {b:>2} | kw{} mt{} | {:>8.2} | {gbs:>7.0} | {:>5.1}% | {:.2}x |",
-                t.kw,
-                t.mt,
-                ms * 1e3,
-                100.0 * gbs / copy,
-                ms * 1e3 / floor_us
-            );
-        }
-    }
-    Ok(())
-}
-
 fn bench_small(g: &GpuContext) -> R<()> {
     let (rows, d) = (64usize, 4096usize);
     let x = filled(g, rows * d, bf16::from_f32(0.75))?;
@@ -421,6 +337,10 @@ fn main() -> R<()> {
         Some("pfattn-once") => return pfattn::once(&g, arg(2).unwrap_or_default().parse()?),
         Some("hc") => return hc::bench(&g, &rows_arg()?),
         Some("launch") => return launch::bench(&g, arg(2).map_or(Ok(1000), |v| v.parse())?),
+        Some("fp4prof") => {
+            let b = arg(2).map_or(Ok(vec![1, 8]), |l| l.split(',').map(str::parse).collect())?;
+            return fp4::prof(&g, &b);
+        }
         _ => {}
     }
     let copy = copy_gbs(&g)?;
@@ -463,9 +383,11 @@ fn main() -> R<()> {
         }
         return Ok(());
     }
-    println!(
-        "| kernel | N x K | B | splits / kw | us | GB/s | of copy | of floor |\n|---|---|---|---|---|---|---|---|"
-    );
+    if !only_fp4 {
+        println!(
+            "| kernel | N x K | B | splits | us | GB/s | of copy |\n|---|---|---|---|---|---|---|"
+        );
+    }
     for (name, n, k) in [
         ("wq_b", 32768, 1024),
         ("wo_b", 4096, 8192),
@@ -477,8 +399,7 @@ fn main() -> R<()> {
             bench_fp8(&g, name, n, k, copy)?;
         }
     }
-    bench_fp4(&g, "w1", 2048, 4096, false, copy, &batches)?;
-    bench_fp4(&g, "w2", 4096, 2048, true, copy, &batches)?;
+    fp4::bench(&g, copy, &batches)?;
     if !only_fp4 {
         bench_small(&g)?;
     }

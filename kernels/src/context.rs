@@ -18,6 +18,8 @@ pub struct Kernels {
     pub gemv_wg: crate::ops::gemv_wg::WgKernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
+    /// fp4_expert_n{N}k{K}w{KW}: fp4_expert_mt2 with the model's sizes compiled in (ops::fp4_expert::FP4_FIXED).
+    pub fp4_expert_fixed: Vec<(crate::ops::fp4_expert::Fp4Fixed, CudaFunction)>,
     /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
     pub fp4_layout: CudaFunction,
     /// fp4_scales_to_device_layout: their scales (ops::fp4_layout).
@@ -41,7 +43,12 @@ impl Kernels {
     fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
         let get = |name: &'static str| crate::ops::kernel(module, name);
         let fp4_expert = [get("fp4_expert_mt1")?, get("fp4_expert_mt2")?];
-        for f in &fp4_expert {
+        let fp4_expert_fixed = crate::ops::fp4_expert::FP4_FIXED
+            .iter()
+            .map(|f| Ok((*f, get(f.name)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let fixed = fp4_expert_fixed.iter().map(|(_, f)| f);
+        for f in fp4_expert.iter().chain(fixed) {
             // Their cp.async rings set the blocks per SM (7 or 8): ask for the largest shared-memory carveout.
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
@@ -53,6 +60,7 @@ impl Kernels {
             gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
             gemv_wg: crate::ops::gemv_wg::WgKernels::resolve(module)?,
             fp4_expert,
+            fp4_expert_fixed,
             fp4_layout: get("fp4_to_device_layout")?,
             fp4_scales_layout: get("fp4_scales_to_device_layout")?,
             bf16_expert: get("bf16_expert")?,

@@ -17,7 +17,7 @@ pub mod reference;
 pub use context::{GpuContext, Kernels};
 pub use error::{KernelError, Result};
 pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
-pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Mat, Fp4Tune};
+pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Fixed, Fp4Mat, Fp4Tune, FP4_FIXED};
 pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, GemvOut, GemvParams, GemvPlan,
     GemvScratch, GemvWeights, RingTune, GEMV_GROUPS, GEMV_ROW_TILE,

@@ -1,5 +1,6 @@
-//! `fp4_expert`: grouped routed-expert GEMV over FP4 weights (see cuda/fp4_expert.cu), and `moe_group`.
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
+//! `fp4_expert`: grouped routed-expert GEMV over FP4 weights (see cuda/fp4_expert.cu), and `moe_group`
+//! (cuda/moe_group.cu).
+use cudarc::driver::{CudaFunction, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig};
 use half::bf16;
 
 use super::gemv::GemvOut;
@@ -40,7 +41,10 @@ impl ExpertShape {
     }
 }
 
-/// Launch tuning of `fp4_expert` (the kernel's header comment has the measurements behind the defaults).
+/// Launch tuning of `fp4_expert` (the kernel's header comment has the measurements behind the defaults). With
+/// 32-row warps at the model's shapes and default K split the launchers run a fixed-size kernel ([`FP4_FIXED`]);
+/// `mt` leaves the bits alone (each output is the same sums in the same order; tests/gpu/expert_fixed.rs compares
+/// them bit for bit), `kw` changes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fp4Tune {
     /// Warps that split K for each row group (1, 2 or 4; a block's 4 warps cover 4 / kw row groups).
@@ -69,7 +73,48 @@ impl Fp4Tune {
     }
 }
 
+/// One of the kernels with the model's sizes compiled in (`fp4_expert_fixed` in cuda/fp4_expert.cu): the same
+/// bits as fp4_expert_mt2 with `kw`, fewer instructions; the launchers take it for 32-row warps whenever the
+/// shape and `kw` match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fp4Fixed {
+    pub n: usize,
+    pub k: usize,
+    pub kw: usize,
+    pub name: &'static str,
+}
+
+/// The fixed-size kernels: the routed w1 / w3 (2048 x 4096) and w2 (4096 x 2048) of DeepSeek-V4-Flash with the
+/// default K split (Fp4Tune::for_shape).
+pub const FP4_FIXED: [Fp4Fixed; 2] = [
+    Fp4Fixed {
+        n: 2048,
+        k: 4096,
+        kw: 4,
+        name: "fp4_expert_n2048k4096w4",
+    },
+    Fp4Fixed {
+        n: 4096,
+        k: 2048,
+        kw: 2,
+        name: "fp4_expert_n4096k2048w2",
+    },
+];
+
 impl GpuContext {
+    /// The kernel a launch of `shape` with `tune` runs: a fixed-size one where one matches, else fp4_expert_mtM.
+    fn fp4_kernel(&self, shape: &ExpertShape, tune: Fp4Tune) -> &CudaFunction {
+        let fixed = self
+            .kernels
+            .fp4_expert_fixed
+            .iter()
+            .find(|(f, _)| tune.mt == 2 && f.n == shape.n && f.k == shape.k && f.kw == tune.kw);
+        match fixed {
+            Some((_, func)) => func,
+            None => &self.kernels.fp4_expert[tune.mt.clamp(1, 2) - 1],
+        }
+    }
+
     /// Groups the B*topk expert ids (i32, device) by expert into `meta` (see [`moe_group_meta_len`]).
     /// Run once per MoE layer; w1, w3 and w2 launches reuse it.
     pub fn launch_moe_group(
@@ -138,7 +183,24 @@ impl GpuContext {
         tune: Fp4Tune,
     ) -> Result<()> {
         let m = Fp4Mat { w, scale, out };
-        self.fp4_launch(stream, shape, x, [Some(m), None], meta, tune)
+        let func = self.fp4_kernel(shape, tune);
+        self.fp4_launch(stream, func, shape, x, [Some(m), None], meta, tune)
+    }
+
+    /// [`Self::launch_fp4_expert_tuned`] (one matrix) or [`Self::launch_fp4_expert_pair`] (two) on the generic
+    /// kernel fp4_expert_mtM even where a fixed-size one matches: the reference those are tested against, and
+    /// the baseline of benchmarks.
+    pub fn launch_fp4_expert_generic<W: DevicePtr<u8>>(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        mats: [Option<Fp4Mat<'_, W>>; 2],
+        meta: &impl DevicePtr<i32>,
+        tune: Fp4Tune,
+    ) -> Result<()> {
+        let func = &self.kernels.fp4_expert[tune.mt.clamp(1, 2) - 1];
+        self.fp4_launch(stream, func, shape, x, mats, meta, tune)
     }
 
     /// Two matrices of the same shape over the same `x` and grouping in ONE launch (the routed w1 and w3):
@@ -158,13 +220,16 @@ impl GpuContext {
         check(NAME, a.out.bf16 == b.out.bf16, || {
             "paired outputs differ in type".into()
         })?;
-        self.fp4_launch(stream, shape, x, [Some(a), Some(b)], meta, tune)
+        let func = self.fp4_kernel(shape, tune);
+        self.fp4_launch(stream, func, shape, x, [Some(a), Some(b)], meta, tune)
     }
 
     /// One launch over one or two matrices (grid z picks the matrix).
+    #[allow(clippy::too_many_arguments)]
     fn fp4_launch<W: DevicePtr<u8>>(
         &self,
         stream: &CudaStream,
+        func: &CudaFunction,
         shape: &ExpertShape,
         x: &impl DevicePtr<bf16>,
         mats: [Option<Fp4Mat<'_, W>>; 2],
@@ -176,7 +241,6 @@ impl GpuContext {
             matches!(tune.kw, 1 | 2 | 4) && matches!(tune.mt, 1 | 2),
             || format!("{tune:?}: need kw 1, 2 or 4 and mt 1 or 2"),
         )?;
-        let func = &self.kernels.fp4_expert[tune.mt - 1];
         let (s, n, k) = (shape.slots(), shape.n, shape.k);
         check(NAME, (1..=64).contains(&shape.b), || {
             format!("batch {} not in 1..=64", shape.b)
@@ -235,9 +299,10 @@ impl GpuContext {
             l.arg(v);
         }
         l.arg(&out_bf16).arg(&iv[5]);
-        // SAFETY: fp4_expert_mtX(x, w, s, meta, out, dw, ds, dout, S, topk, N, K, x_per_slot, out_bf16, kw);
-        // buffers checked above (check_mat for each matrix; block z reads matrix z at base + z * offset);
-        // expert ids come from meta, which moe_group only fills with ids in [0, E).
+        // SAFETY: fp4_expert_mtX or fp4_expert_n{N}k{K}w{KW} (x, w, s, meta, out, dw, ds, dout, S, topk, N, K,
+        // x_per_slot, out_bf16, kw); buffers checked above for `shape` (check_mat for each matrix; block z reads
+        // matrix z at base + z * offset); a fixed-size kernel is only passed in (fp4_kernel) when its N, K and kw
+        // are the shape's and the tune's; expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;
         Ok(())
     }

@@ -63,7 +63,7 @@ pub fn assert_grouping(gm: &[i32], ids: &[i32], experts: usize, what: &str) -> u
 }
 
 /// Checks moe_group, then fp4_expert with the default tuning (None) and each tuning in `tunes`.
-fn run_case(
+pub fn run_case(
     g: &dsv4_kernels::GpuContext,
     seed: u64,
     shape: ExpertShape,

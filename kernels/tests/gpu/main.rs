@@ -3,6 +3,7 @@
 mod bf16_expert;
 mod common;
 mod expert;
+mod expert_fixed;
 mod gemv;
 mod mhc;
 mod moe_route;
