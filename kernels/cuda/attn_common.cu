@@ -14,7 +14,11 @@
 #define ATTN_QUANT_Q8_NOPE 1   // Q8 (blocks of 64) on channels [0, dim - rdim): window rows, compressed entries
 #define ATTN_QUANT_HAD_Q4 2    // Walsh-Hadamard over all channels, then Q4 (blocks of 32): indexer q and keys
 
-__device__ __forceinline__ float attn_pow2(int e) { return ldexpf(1.0f, e); }
+// 2^e, from the exponent bits in the normal range (ldexpf, a long library sequence, only outside it: the same
+// values). Decode launches are short single passes, so their time follows the instructions they walk.
+__device__ __forceinline__ float attn_pow2(int e) {
+    return e >= -126 && e <= 127 ? __uint_as_float((u32)(e + 127) << 23) : ldexpf(1.0f, e);
+}
 
 // 2^ceil(log2(v)) for positive normal v, from the bits (exponent, plus one if any mantissa bit is set).
 __device__ __forceinline__ float attn_pow2_ceil(float v) {
@@ -22,13 +26,14 @@ __device__ __forceinline__ float attn_pow2_ceil(float v) {
     return attn_pow2((int)((b >> 23) & 255u) - 127 + ((b & 0x7fffffu) != 0u ? 1 : 0));
 }
 
-// Round |x| <= max to a float format with `mant` mantissa bits and minimum normal exponent `min_exp`, RNE.
+// Round |x| <= max to a float format with `mant` mantissa bits and minimum normal exponent `min_exp`, RNE:
+// rint(x / quantum) * quantum, with the division by the power of two as a product with its exact reciprocal
+// (the same bits: both are one rounding of the same exact quotient; here nothing rounds at all).
 __device__ __forceinline__ float attn_round_fmt(float x, int mant, int min_exp) {
     if (x == 0.f) return x;
     int e = (int)((__float_as_uint(x) >> 23) & 255u) - 127;
     e = e < min_exp ? min_exp : e;
-    const float quantum = attn_pow2(e - mant);
-    return rintf(x / quantum) * quantum;
+    return rintf(x * attn_pow2(mant - e)) * attn_pow2(e - mant);
 }
 
 // One quant-dequant block of `len` values at v (shared memory), done by one warp.
@@ -39,9 +44,10 @@ __device__ __forceinline__ void attn_quant_block_warp(float* v, int len, int fp4
     amax = warp_max(amax);
     const float maxv = fp4 ? 6.0f : 448.0f;
     const float floorv = fp4 ? 6.0f * 1.17549435e-38f : 1e-4f;
-    const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv);
+    // x / s as x * (1 / s): s is a power of two, so 1 / s is exact and the product is the quotient's rounding.
+    const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = 1.0f / s;
     for (int i = lane; i < len; i += 32) {
-        const float c = fminf(fmaxf(v[i] / s, -maxv), maxv);
+        const float c = fminf(fmaxf(v[i] * inv_s, -maxv), maxv);
         v[i] = (fp4 ? attn_round_fmt(c, 1, 0) : attn_round_fmt(c, 3, -6)) * s;
     }
 }

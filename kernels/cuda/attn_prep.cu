@@ -104,9 +104,9 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_quant(AttnRowPrep p) 
     if (p.quant_blk > 0) {
         float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
         amax = warp_max(amax);
-        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f);
+        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = 1.0f / s;  // exact: s = 2^k
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] / s, -448.0f), 448.0f), 3, -6) * s;
+        for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6) * s;
     }
     uint2 o;
     o.x = (u32)f32_to_bf16(v[0]) | ((u32)f32_to_bf16(v[1]) << 16);
@@ -184,15 +184,6 @@ __device__ __forceinline__ void vp_rope(float (&x)[VP_C], const VpTrig& t, int d
     }
 }
 
-// attn_round_fmt with the divisions by powers of two as multiplications by their exact reciprocals (the same
-// bits: both are one rounding of the same exact quotient; here nothing rounds at all).
-__device__ __forceinline__ float vp_round_fmt(float x, int mant, int min_exp) {
-    if (x == 0.f) return x;
-    int e = (int)((__float_as_uint(x) >> 23) & 255u) - 127;
-    e = e < min_exp ? min_exp : e;
-    return rintf(x * attn_pow2(mant - e)) * attn_pow2(e - mant);
-}
-
 // Fake quantisation of channels [0, n) in blocks of 32 * G (a trailing partial block is one shorter block):
 // block b is registers bG .. bG+G-1 of every lane. Same per-element arithmetic as attn_quant_block_warp, with
 // x / s as x * (1 / s): s is a power of two, so 1 / s is exact and so is the product.
@@ -214,7 +205,7 @@ __device__ __forceinline__ void vp_quant(float (&x)[VP_C], int n, int fp4) {
         for (int c = b * G; c < b * G + G; ++c) {
             if (lane + 32 * c < n) {
                 const float q = fminf(fmaxf(x[c] * inv_s, -maxv), maxv);
-                x[c] = (fp4 ? vp_round_fmt(q, 1, 0) : vp_round_fmt(q, 3, -6)) * s;
+                x[c] = (fp4 ? attn_round_fmt(q, 1, 0) : attn_round_fmt(q, 3, -6)) * s;
             }
         }
     }

@@ -24,7 +24,7 @@
 //          divisions, the e4m3 round trip, bf16 rounding) for 100 M values a layer (kernels/BENCH_NOTES.md).
 // Constraints: I % 32 == 0 (the FP4 rule of the w2 GEMM; aligned 16-byte loads), checked on the host.
 // v2 (unmeasured): fq_block's bits with the division by s as a product and the e4m3 round trip in hardware
-//          (pfs_quant), bf16 pairs by one conversion (pfs_bf16x2).
+//          (now fq_block itself, mhc_finish.cu), bf16 pairs by one conversion (pfs_bf16x2).
 // Depends on warp_max (common.cuh) and swiglu_value (moe_route.cu), earlier in the sorted translation unit.
 #include "common.cuh"
 
@@ -40,31 +40,6 @@ struct PfSwiglu {
     float limit;
     int quant;
 };
-
-// fq_block's bits in fewer instructions. The division by s = 2^k is a product with 2^-k: both are the correctly
-// rounded v 2^-k (subnormal results too; s = inf, a block holding an infinity, gives 0 as v / inf does, and inf or
-// NaN stay NaN). The e4m3 round trip runs on value pairs in hardware (the clamped c is never NaN, so no NaN code;
-// every finite e4m3 value is exact in f16, hence in f32), then the same product with s.
-__device__ __forceinline__ void pfs_quant(float* v) {
-    const u32 se = fq_scale_exp(v);
-    const float s = __uint_as_float(se << 23);
-    const float rs = se <= 253u ? __uint_as_float((254u - se) << 23) : se == 254u ? __uint_as_float(0x00400000u) : 0.f;
-#pragma unroll
-    for (int q = 0; q < 4; q += 2) {
-        const float c0 = fminf(fmaxf(v[q] * rs, -448.f), 448.f), c1 = fminf(fmaxf(v[q + 1] * rs, -448.f), 448.f);
-        float f0, f1;
-        asm("{\n.reg .b16 e, h0, h1;\n.reg .b32 h;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 e, %3, %2;\n"
-            "cvt.rn.f16x2.e4m3x2 h, e;\n"
-            "mov.b32 {h0, h1}, h;\n"
-            "cvt.f32.f16 %0, h0;\n"
-            "cvt.f32.f16 %1, h1;\n}"
-            : "=f"(f0), "=f"(f1)
-            : "f"(c0), "f"(c1));
-        v[q] = f0 * s;
-        v[q + 1] = f1 * s;
-    }
-}
 
 // f32_to_bf16(a) | f32_to_bf16(b) << 16 by one hardware conversion (round to nearest even, subnormals kept), with
 // f32_to_bf16's quiet NaN 0x7fc0 put back.
@@ -113,7 +88,7 @@ extern "C" __global__ void __launch_bounds__(256) pf_swiglu_kperm(PfSwiglu p) {
         for (int c = 0; c < 4; ++c)
             v[c] = col < p.inter ? swiglu_value(__uint_as_float(gw[c]), __uint_as_float(uw[c]), w, p.limit, p.quant)
                                  : 0.f;
-        if (p.quant) pfs_quant(v);  // the whole warp: one 128-block
+        if (p.quant) fq_block(v);  // the whole warp: one 128-block
         const u32 lo = pfs_bf16x2(v[0], v[1]), hi = pfs_bf16x2(v[2], v[3]);
         // The even lane holds columns 0-3 of its piece and needs the odd lane's 4, 5; the odd lane holds 4-7 and
         // needs 2, 3.
