@@ -129,7 +129,8 @@ struct Report {
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let info = match probe_gpu() {
         GpuProbe::Available(i) => i,
-        p @ GpuProbe::Unavailable(_) => anyhow::bail!("dsv4 bench needs a GPU: {}", p.describe()),
+        // The reason alone: describe() would add "using the CPU backend", which the bench does not do.
+        GpuProbe::Unavailable(why) => anyhow::bail!("dsv4 bench needs a GPU: {why}"),
     };
     if args.gpus.len() >= 2 {
         let mut reports = Vec::new();
