@@ -14,10 +14,20 @@
 #define ATTN_QUANT_Q8_NOPE 1   // Q8 (blocks of 64) on channels [0, dim - rdim): window rows, compressed entries
 #define ATTN_QUANT_HAD_Q4 2    // Walsh-Hadamard over all channels, then Q4 (blocks of 32): indexer q and keys
 
-// 2^e, from the exponent bits in the normal range (ldexpf, a long library sequence, only outside it: the same
-// values). Decode launches are short single passes, so their time follows the instructions they walk.
+// ldexpf(1.0f, e) for every int e, from the bits: 2^e in the normal range, the subnormal 2^e for -149 <= e < -126,
+// +inf above (overflow) and 0 below (2^-150 is a tie to the even 0): the same values, exactly, without ldexpf's
+// long library sequence (v2 kept it for outside the normal range: ~40 instructions inlined at every call site).
+// Decode launches are short single passes, so their time follows the instructions they walk.
 __device__ __forceinline__ float attn_pow2(int e) {
-    return e >= -126 && e <= 127 ? __uint_as_float((u32)(e + 127) << 23) : ldexpf(1.0f, e);
+    if (e >= -126) return e <= 127 ? __uint_as_float((u32)(e + 127) << 23) : __uint_as_float(0x7f800000u);
+    return e >= -149 ? __uint_as_float(1u << (e + 149)) : 0.f;
+}
+
+// 1 / s for s = 2^k (normal) or +inf, from the bits: 2^-k (2^-127, for s = 2^127, is subnormal; 1 / inf = 0).
+// The reciprocal is exact, so this is the IEEE division's value without its instruction sequence.
+__device__ __forceinline__ float attn_inv_pow2(float s) {
+    const u32 se = __float_as_uint(s) >> 23;
+    return se <= 253u ? __uint_as_float((254u - se) << 23) : se == 254u ? __uint_as_float(0x00400000u) : 0.f;
 }
 
 // 2^ceil(log2(v)) for positive normal v, from the bits (exponent, plus one if any mantissa bit is set).
@@ -36,19 +46,25 @@ __device__ __forceinline__ float attn_round_fmt(float x, int mant, int min_exp) 
     return rintf(x * attn_pow2(mant - e)) * attn_pow2(e - mant);
 }
 
-// One quant-dequant block of `len` values at v (shared memory), done by one warp.
+// One quant-dequant block of `len` values at v (shared memory), done by one warp. The loops are not unrolled:
+// blocks are 32 or 64 values (1 or 2 trips), and nvcc's 4-way unrolling with its remainder put ~10 copies of the
+// per-value rounding in each caller, which a batch-1 launch fetches once each.
 __device__ __forceinline__ void attn_quant_block_warp(float* v, int len, int fp4) {
     const int lane = threadIdx.x & 31;
     float amax = 0.f;
+#pragma unroll 1
     for (int i = lane; i < len; i += 32) amax = fmaxf(amax, fabsf(v[i]));
     amax = warp_max(amax);
     const float maxv = fp4 ? 6.0f : 448.0f;
     const float floorv = fp4 ? 6.0f * 1.17549435e-38f : 1e-4f;
     // x / s as x * (1 / s): s is a power of two, so 1 / s is exact and the product is the quotient's rounding.
-    const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = 1.0f / s;
+    const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = attn_inv_pow2(s);
+    // One inlined attn_round_fmt with the format's parameters as values (two copies when selected by fp4).
+    const int mant = fp4 ? 1 : 3, min_exp = fp4 ? 0 : -6;
+#pragma unroll 1
     for (int i = lane; i < len; i += 32) {
         const float c = fminf(fmaxf(v[i] * inv_s, -maxv), maxv);
-        v[i] = (fp4 ? attn_round_fmt(c, 1, 0) : attn_round_fmt(c, 3, -6)) * s;
+        v[i] = attn_round_fmt(c, mant, min_exp) * s;
     }
 }
 

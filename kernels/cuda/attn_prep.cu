@@ -104,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_quant(AttnRowPrep p) 
     if (p.quant_blk > 0) {
         float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
         amax = warp_max(amax);
-        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = 1.0f / s;  // exact: s = 2^k
+        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = attn_inv_pow2(s);  // exact: s = 2^k
 #pragma unroll
         for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6) * s;
     }
@@ -200,7 +200,7 @@ __device__ __forceinline__ void vp_quant(float (&x)[VP_C], int n, int fp4) {
         for (int c = b * G; c < b * G + G; ++c)
             if (lane + 32 * c < n) amax = fmaxf(amax, fabsf(x[c]));
         amax = warp_max(amax);
-        const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = 1.0f / s;
+        const float s = attn_pow2_ceil(fmaxf(amax, floorv) / maxv), inv_s = attn_inv_pow2(s);
 #pragma unroll
         for (int c = b * G; c < b * G + G; ++c) {
             if (lane + 32 * c < n) {

@@ -297,13 +297,16 @@ __device__ __forceinline__ float mhc_sum4(float p, int m1, int m2) {
 
 // Sinkhorn of a 4x4 matrix held one element per lane (lanes 0..15: i = lane / 4, k = lane % 4; lanes 16..31
 // run the same code on zeros). Same operations as the CPU reference; sums are pairwise (mhc_sum4). The loop is
-// a latency chain (20 iterations of two sums and two divisions) that ends hc_finish at batch 1.
+// a latency chain (20 iterations of two sums and two divisions) that ends hc_finish at batch 1. The loop is not
+// unrolled: unrolled (nvcc made 8 copies of the trip, ~300 instructions) it ran no faster, as each trip waits on
+// the last, and a batch-1 launch fetches each distinct instruction once (BENCH_NOTES, trim2). Same operations.
 __device__ float mhc_sinkhorn_lane(float p, float eps, int iters) {
     const float a = __shfl_xor_sync(0xffffffffu, p, 1), b = __shfl_xor_sync(0xffffffffu, p, 2),
                 c = __shfl_xor_sync(0xffffffffu, p, 3);
     const float mx = fmaxf(fmaxf(p, a), fmaxf(b, c));
     const float e = expf(p - mx);
     p = e / mhc_sum4(e, 1, 2) + eps;
+#pragma unroll 1
     for (int it = 0; it < iters; ++it) {
         if (it > 0) p = p / (mhc_sum4(p, 1, 2) + eps);
         p = p / (mhc_sum4(p, 4, 8) + eps);

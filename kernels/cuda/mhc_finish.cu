@@ -15,6 +15,11 @@
 //          ~13 us per call at batch 1 (86 calls per step). v6: the row's streams and the norm weights are
 //          prefetched into L1 at the start (prefetch_l1), beside the partials' loads; the Sinkhorn's
 //          4-sums issue their 3 shuffles at once. Arithmetic and order are v4's: the same bits.
+//          v7 (trim2, unmeasured): a batch-1 launch walks its code once, so its time follows the distinct
+//          instructions it executes (instruction fetch; kernels/BENCH_NOTES.md): y is written by the yq pass
+//          (mhc_store_y only without yq), that pass takes one block per trip, the collapse's full rounds are
+//          unguarded, the pre coefficients are one sigmoid per lane, the Sinkhorn loop is not unrolled.
+//          hc_finish24: 4752 -> 2448 SASS instructions, ~2900 -> ~1450 on the D = 4096 path. Same bits.
 // Depends on f32_to_e4m3 / e4m3_to_f32 (act_quant.cu), mhc_sigmoid / mhc_sinkhorn_lane (mhc.cu); fq_block is
 //          also used by moe_route.cu (later in the sorted translation unit).
 // Constraints: n = 4, D % 8 == 0, D <= MHC_MAX_D (checked on the host).
@@ -167,39 +172,56 @@ __device__ __forceinline__ float mhc_collapse_col(const float* pre, const float*
 }
 __device__ __forceinline__ float mhc_sq_add(float ss, float af) { return __fmaf_rn(af, af, ss); }
 
-// rho = (mean(x^2) + eps)^-1/2 of the row and the 4 pre coefficients (warps 0-7 hold s0 and bj).
+// rho = (mean(x^2) + eps)^-1/2 of the row and the 4 pre coefficients (warps 0-7 hold s0 and bj_lane = base[lane % 4]).
 __device__ __forceinline__ float mhc_rho(const float* sred, int m, int nd, float eps) {
     return 1.f / sqrtf(sred[m] / (float)nd + eps);
 }
-__device__ __forceinline__ void mhc_pre_coefs(const float* sred, float rho, float s0, const float* bj, float hc_eps,
+// Lane l evaluates coefficient l % 4 and the warp shares them by shuffles: one inlined copy of the sigmoid (expf
+// and a reciprocal) instead of 4 (a batch-1 launch walks its code once, so its time follows the distinct
+// instructions it executes). Each coefficient is the same expression of the same values as before: the same
+// bits. Needs the whole warp (warps 0-7 are full and converged here).
+__device__ __forceinline__ void mhc_pre_coefs(const float* sred, float rho, float s0, float bj_lane, float hc_eps,
                                               float* pre) {
+    const int j = threadIdx.x & (MHC_N - 1);
+    const float pj = mhc_sigmoid(sred[j] * rho * s0 + bj_lane) + hc_eps;
 #pragma unroll
-    for (int j = 0; j < MHC_N; ++j) pre[j] = mhc_sigmoid(sred[j] * rho * s0 + bj[j]) + hc_eps;
+    for (int k = 0; k < MHC_N; ++k) pre[k] = __shfl_sync(0xffffffffu, pj, k);
+}
+
+// One column c of the collapse into av[c] from its 4 stream values, its square added to ss.
+__device__ __forceinline__ float mhc_collapse_at(const u16 (&raw)[MHC_N], const float* pre, int c, float ss,
+                                                 float* av) {
+    float x[MHC_N];
+#pragma unroll
+    for (int j = 0; j < MHC_N; ++j) x[j] = bf16_to_f32(raw[j]);
+    const float af = mhc_collapse_col(pre, x);
+    av[c] = af;
+    return mhc_sq_add(ss, af);
 }
 
 // a = bf16(sum_j pre_j x_j) at the thread's columns c = tid, tid + 256, ... into av; returns the thread's sum of
-// squares, added in column order.
+// squares, added in column order. A round whose 16 columns are all in the row (every round when D % 4096 == 0)
+// issues its 64 loads together, unguarded; a partial round (the row's end) takes one column per trip. v6 guarded
+// every load of every round: ~250 more instructions on the batch-1 path (each fetched once per launch).
 __device__ __forceinline__ float mhc_collapse(const u16* __restrict__ xr, int D, const float* pre, float* av) {
     float ss = 0.f;
     for (int c0 = threadIdx.x; c0 < D; c0 += 256 * MHC_COL_U) {
-        u16 raw[MHC_COL_U][MHC_N];
+        if (c0 + 256 * (MHC_COL_U - 1) < D) {
+            u16 raw[MHC_COL_U][MHC_N];
 #pragma unroll
-        for (int u = 0; u < MHC_COL_U; ++u)
+            for (int u = 0; u < MHC_COL_U; ++u)
 #pragma unroll
-            for (int j = 0; j < MHC_N; ++j) {
-                const int c = c0 + 256 * u;
-                raw[u][j] = c < D ? xr[j * D + c] : (u16)0;
+                for (int j = 0; j < MHC_N; ++j) raw[u][j] = xr[j * D + c0 + 256 * u];
+#pragma unroll
+            for (int u = 0; u < MHC_COL_U; ++u) ss = mhc_collapse_at(raw[u], pre, c0 + 256 * u, ss, av);
+        } else {
+#pragma unroll 1
+            for (int c = c0; c < D; c += 256) {
+                u16 raw[MHC_N];
+#pragma unroll
+                for (int j = 0; j < MHC_N; ++j) raw[j] = xr[j * D + c];
+                ss = mhc_collapse_at(raw, pre, c, ss, av);
             }
-#pragma unroll
-        for (int u = 0; u < MHC_COL_U; ++u) {
-            const int c = c0 + 256 * u;
-            if (c >= D) continue;
-            float x[MHC_N];
-#pragma unroll
-            for (int j = 0; j < MHC_N; ++j) x[j] = bf16_to_f32(raw[u][j]);
-            const float af = mhc_collapse_col(pre, x);
-            ss = mhc_sq_add(ss, af);
-            av[c] = af;
         }
     }
     return ss;
@@ -220,38 +242,43 @@ __device__ __forceinline__ void mhc_store_y(const float* __restrict__ norm_w, co
     }
 }
 
-// The FP8 fake-quantised copy, one 128-block per warp at a time (blocks warp, warp + 8, ...): from the f32
-// normalised values, or (yq_bf16) from the bf16 output y, the same bits as attn_row_prep of y.
+// norm_w at a lane's 4 columns of the 128-block at b0 (0 past the row).
+__device__ __forceinline__ void mhc_load_w4(const float* __restrict__ norm_w, int b0, int D, float (&w)[4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) w[q] = b0 + q * 32 + lane < D ? norm_w[b0 + q * 32 + lane] : 0.f;
+}
+
+// y = bf16(norm_w * (a * inv)) and its FP8 fake-quantised copy yq in one pass, one 128-block per warp and trip
+// (blocks warp, warp + 8, ...): yq from the f32 normalised values, or (yq_bf16) from y's bf16 values, the same
+// bits as attn_row_prep of y. y's values are mhc_store_y's expression at the same columns: the same bits.
+// v7: one trip per block, not unrolled (v6 unrolled 8 blocks, of which D = 4096 walked 4, plus mhc_store_y's 16
+// columns: ~1000 more instructions that a batch-1 launch fetches once each); the next block's norm weights are
+// loaded one trip ahead, so a trip waits for no load but its first (they are in L1: prefetched at the start).
 __device__ __forceinline__ void mhc_store_yq(const float* __restrict__ norm_w, const float* av, float inv, int D,
-                                             int yq_bf16, u16* __restrict__ yqr) {
-    constexpr int BU = MHC_MAX_D / (MHC_FIN_WARPS * 128);  // a warp's blocks per round
+                                             int yq_bf16, u16* __restrict__ yr, u16* __restrict__ yqr) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int b00 = warp * 128; b00 < D; b00 += MHC_FIN_WARPS * 128 * BU) {
-        float w[BU][4];
+    float w[4];
+    mhc_load_w4(norm_w, warp * 128, D, w);
+#pragma unroll 1
+    for (int b0 = warp * 128; b0 < D; b0 += MHC_FIN_WARPS * 128) {  // warp-uniform: fq_block's shuffles
+        float wn[4];
+        mhc_load_w4(norm_w, b0 + MHC_FIN_WARPS * 128, D, wn);
+        float v[4];
 #pragma unroll
-        for (int bu = 0; bu < BU; ++bu)
+        for (int q = 0; q < 4; ++q) {
+            const int c = b0 + q * 32 + lane;
+            const float o = c < D ? w[q] * (av[c] * inv) : 0.f;
+            const u16 yb = f32_to_bf16(o);
+            if (c < D) yr[c] = yb;
+            v[q] = yq_bf16 ? bf16_to_f32(yb) : o;
+        }
+        fq_block(v);
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = b00 + bu * MHC_FIN_WARPS * 128 + q * 32 + lane;
-                w[bu][q] = c < D ? norm_w[c] : 0.f;
-            }
-#pragma unroll
-        for (int bu = 0; bu < BU; ++bu) {
-            const int b0 = b00 + bu * MHC_FIN_WARPS * 128;
-            if (b0 >= D) break;  // warp-uniform: fq_block's shuffles see the whole warp
-            float v[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = b0 + q * 32 + lane;
-                const float o = c < D ? w[bu][q] * (av[c] * inv) : 0.f;
-                v[q] = yq_bf16 ? bf16_to_f32(f32_to_bf16(o)) : o;
-            }
-            fq_block(v);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = b0 + q * 32 + lane;
-                if (c < D) yqr[c] = f32_to_bf16(v[q]);
-            }
+        for (int q = 0; q < 4; ++q) {
+            const int c = b0 + q * 32 + lane;
+            if (c < D) yqr[c] = f32_to_bf16(v[q]);
+            w[q] = wn[q];
         }
     }
 }
@@ -268,7 +295,7 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     const u16* xr = X + (u64)row * nd;
     uint4 cp[MHC_COPY_U];
     if (xcopy) mhc_copy_load(xr, nd, cp);
-    float s0 = 0.f, bj[MHC_N];  // weights: loaded beside the partials
+    float s0 = 0.f, bj = 0.f;  // weights (bj: base[lane % 4]): loaded beside the partials
     // The row's streams (read by the collapse after the partial sums) and the norm weights (read by the output
     // phases; the 43 layers' do not stay in L2 between steps) into L1 now. Loading them into registers
     // instead doubled the kernel's registers (82 -> 158: half the blocks per SM for prefill).
@@ -276,8 +303,7 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     prefetch_l1(norm_w, D * 4);
     if (warp < MHC_FIN_WARPS) {
         s0 = scale[0];
-#pragma unroll
-        for (int j = 0; j < MHC_N; ++j) bj[j] = base[j];
+        bj = base[threadIdx.x & (MHC_N - 1)];
     }
     mhc_partial_sums<M>(ws, chunks, rows, row, sred);
     if (xcopy) mhc_copy_store(xr, xcopy + (u64)row * nd, nd, cp);
@@ -291,8 +317,10 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     mhc_pre_coefs(sred, rho, s0, bj, hc_eps, pre);
     const float ss = mhc_collapse(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
-    if (yq) mhc_store_yq(norm_w, av, inv, D, yq_bf16, yq + (u64)row * D);
-    mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
+    if (yq)
+        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D);
+    else
+        mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
 }
 
 #define MHC_FINISH_KERNEL(M)                                                                                     \

@@ -218,14 +218,13 @@ extern "C" __global__ void __launch_bounds__(288, 4)
     __shared__ __align__(16) float av[MHC_MAX_D];
     const int row = blockIdx.x, warp = threadIdx.x >> 5, nd = MHC_N * D;
     const u16* xr = X + (u64)row * nd;
-    float s0 = 0.f, bj[MHC_N];
+    float s0 = 0.f, bj = 0.f;  // bj: base[lane % 4] (mhc_pre_coefs)
     // The row's streams into L1 beside the partial sums' loads (loading them into registers here took 72
     // registers, 3 blocks per SM: HCPre 2-3% slower at 8192 rows).
     prefetch_l1(xr, nd * 2);
     if (warp < MHC_FIN_WARPS) {
         s0 = scale[0];
-#pragma unroll
-        for (int j = 0; j < MHC_N; ++j) bj[j] = base[j];
+        bj = base[threadIdx.x & (MHC_N - 1)];
     }
     prefetch_l1(norm_w, D * 4);
     mhc_partial_sums<MHC_MIX>(ws, chunks, rows, row, sred);
@@ -239,8 +238,10 @@ extern "C" __global__ void __launch_bounds__(288, 4)
     mhc_pre_coefs(sred, rho, s0, bj, hc_eps, pre);
     const float ss = mhc_collapse_wide(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);
-    if (yq) mhc_store_yq(norm_w, av, inv, D, yq_bf16, yq + (u64)row * D);
-    mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
+    if (yq)
+        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D);
+    else
+        mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
 }
 
 // HCPost (hc_post's math per column: f by mhc_post_f's sums in k order, mhc_post_value) of 8 columns per thread.
