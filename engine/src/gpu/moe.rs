@@ -10,7 +10,7 @@ use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use dsv4_kernels::{
-    bf16, ExpertShape, Fp4Mat, GemvOut, GemvWeights, GpuContext, RouteBy, RouteShape,
+    bf16, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights, GpuContext, RouteBy, RouteShape,
 };
 
 /// Called after each op with its name and the workspace (the profiler records an event there, the
@@ -95,7 +95,9 @@ fn gate_logits(
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
     let (e, d) = (cfg.n_routed_experts, cfg.hidden_size);
-    let plan = ctx.gemv_plan(GemvWeights::Bf16, rows, e, d)?;
+    // Always gemv.cu: faster for these 256 rows at every batch than the ring (kbench, BENCH_NOTES ring2), and a
+    // token's gate logits (so its experts) then have the same bits whatever the batch.
+    let plan = ctx.gemv_plan_on(GemvPath::Skinny, GemvWeights::Bf16, rows, e, d)?;
     let out = GemvOut::f32(&mut ws.gate, s);
     ctx.launch_gemv_bf16(s, &plan, &ws.io.a, &w.gate, out, &mut ws.gemv)?;
     Ok(())

@@ -91,8 +91,8 @@ impl GpuContext {
     }
 
     /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters). Launches of
-    /// fewer than [`PREP_WIDE_MIN_ROWS`] rows take the block-per-vector kernel, the others the
-    /// warp-per-vector one (the same bits).
+    /// fewer than [`VEC_PREP_WIDE_MIN_ROWS`] rows (`DSV4_VEC_PREP_WIDE_MIN` overrides it, for measuring) take
+    /// the block-per-vector kernel, the others the warp-per-vector one (the same bits).
     ///
     /// # Safety
     /// For each job: `p.x` holds `rows` rows of `x_stride` f32; `p.positions` (and `p.slots` in ring mode)
@@ -103,7 +103,7 @@ impl GpuContext {
         rows: usize,
         jobs: &[(usize, AttnVecPrep)],
     ) -> Result<()> {
-        let kind = if rows >= PREP_WIDE_MIN_ROWS {
+        let kind = if rows >= vec_prep_wide_min() {
             VecPrepKernel::WarpPerVector
         } else {
             VecPrepKernel::BlockPerVector
@@ -320,4 +320,19 @@ impl GpuContext {
         unsafe { self.launch_k(s, &self.kernels.attn.synth, c, &mut l) }?;
         Ok(())
     }
+}
+
+/// First row count of the warp-per-vector vec_prep. Batch 64 decode: 48.9 ms per step against 49.2-49.3 with
+/// the block-per-vector kernel (kernels/BENCH_NOTES.md, eleventh session); at 8192 rows 52 against 111 ms.
+const VEC_PREP_WIDE_MIN_ROWS: usize = 64;
+
+/// [`VEC_PREP_WIDE_MIN_ROWS`], or `DSV4_VEC_PREP_WIDE_MIN`.
+fn vec_prep_wide_min() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("DSV4_VEC_PREP_WIDE_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(VEC_PREP_WIDE_MIN_ROWS)
+    })
 }
