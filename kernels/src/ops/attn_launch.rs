@@ -3,7 +3,7 @@
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
 
 use super::attn_params::*;
-use super::grid;
+use super::{env_usize, grid};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 use crate::launch::Args;
@@ -329,10 +329,5 @@ const VEC_PREP_WIDE_MIN_ROWS: usize = 64;
 /// [`VEC_PREP_WIDE_MIN_ROWS`], or `DSV4_VEC_PREP_WIDE_MIN`.
 fn vec_prep_wide_min() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("DSV4_VEC_PREP_WIDE_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(VEC_PREP_WIDE_MIN_ROWS)
-    })
+    *V.get_or_init(|| env_usize("DSV4_VEC_PREP_WIDE_MIN").unwrap_or(VEC_PREP_WIDE_MIN_ROWS))
 }

@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use std::sync::Arc;
 
 use super::gemv::{GemvParams, GemvWeights, RingTune, GEMV_GROUPS};
-use super::grid;
+use super::{env_usize, grid};
 use crate::context::GpuContext;
 use crate::error::{KernelError, Result};
 use crate::launch::Args;
@@ -49,9 +49,7 @@ impl GemvPath {
 fn ring_from() -> usize {
     static V: OnceLock<usize> = OnceLock::new();
     *V.get_or_init(|| {
-        std::env::var("DSV4_GEMV_RING_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
+        env_usize("DSV4_GEMV_RING_MIN")
             .unwrap_or(RING_FROM_DEFAULT)
             .max(RING_ROWS_MIN)
     })

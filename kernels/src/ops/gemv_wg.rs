@@ -7,7 +7,7 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, LaunchConfig};
 use std::sync::Arc;
 
 use super::gemv::{GemvParams, GemvWeights};
-use super::{grid, opt_in_smem};
+use super::{env_usize, grid, opt_in_smem};
 use crate::context::{nt_index, GpuContext};
 use crate::error::Result;
 use crate::launch::Args;
@@ -63,10 +63,6 @@ pub struct WgKernels {
 /// then the block's weight rows x 128 B.
 fn stage_bytes(fp8: bool, nt: usize) -> usize {
     (if fp8 { 2 } else { 1 }) * nt * 1024 + BLOCK_ROWS * 128
-}
-
-fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
 impl WgKernels {

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig};
 use half::bf16;
 
-use super::{grid, int, ptr, ptr_mut};
+use super::{env_usize, grid, int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 use crate::launch::Args;
@@ -31,12 +31,7 @@ const TILE_MIN_DEFAULT: usize = 256;
 /// `DSV4_HC_TILE_MIN` overrides [`TILE_MIN_DEFAULT`] (A/B runs: a huge value keeps the decode kernels).
 fn tile_min() -> usize {
     static V: OnceLock<usize> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("DSV4_HC_TILE_MIN")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(TILE_MIN_DEFAULT)
-    })
+    *V.get_or_init(|| env_usize("DSV4_HC_TILE_MIN").unwrap_or(TILE_MIN_DEFAULT))
 }
 
 /// One HCPre (block mixer, `head == false`) or HCHead (`head == true`) plus RMSNorm.

@@ -33,6 +33,11 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrM
 
 use crate::error::{KernelError, Result};
 
+/// A `usize` from environment variable `name` (the A/B and tuning knobs); None when unset or not a number.
+pub(crate) fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
 /// Kernel `name` of the module (a missing one names itself in the error).
 pub(crate) fn kernel(module: &Arc<CudaModule>, name: &'static str) -> Result<CudaFunction> {
     module

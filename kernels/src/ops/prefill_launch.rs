@@ -6,7 +6,7 @@ use cudarc::driver::CudaStream;
 
 use super::attn_launch::cfg;
 use super::prefill_params::*;
-use super::{grid, int};
+use super::{env_usize, grid, int};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 
@@ -88,11 +88,7 @@ impl GpuContext {
     /// kind K where it fits (A/B runs; `0` is `pf_attn`). None: no kind fits.
     pub fn pf_attn_kind(&self, dim: usize) -> Option<usize> {
         static FORCED: OnceLock<Option<usize>> = OnceLock::new();
-        let forced = *FORCED.get_or_init(|| {
-            std::env::var("DSV4_PF_ATTN")
-                .ok()
-                .and_then(|v| v.parse().ok())
-        });
+        let forced = *FORCED.get_or_init(|| env_usize("DSV4_PF_ATTN"));
         let d = PF_ATTN_DIMS.iter().position(|&x| x == dim)?;
         let fits = |k: usize| self.kernels.prefill.attn_fits.get(k).is_some_and(|f| f[d]);
         forced.into_iter().chain([1, 2, 0]).find(|&k| fits(k))
