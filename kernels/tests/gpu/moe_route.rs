@@ -189,6 +189,8 @@ fn moe_route_group_matches_reference() {
         (17, 1000, 16, By::TopKBias), // E not a multiple of 32, top-16, the first multi-block row count
         (64, 33, 1, By::TopK),        // top-1, one expert past a warp
         (9, 64, 4, By::Hash),         // one block, 36 slots: block grouping
+        (8, 256, 6, By::TopKBias),    // decode batch 8 of the real model: 48 slots
+        (11, 8, 5, By::TopK),         // 55 slots over 8 experts: long runs of one expert
         (16, 256, 2, By::TopK),       // one block of 16 warps, exactly 32 slots
         (2, 1000, 16, By::TopK),      // the 32-per-lane register width, 32 slots
         (16, 300, 6, By::TopKBias),   // one block, 96 slots, 32 per lane
