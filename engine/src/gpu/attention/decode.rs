@@ -161,7 +161,6 @@ fn heads(
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
     project(st, layer, state, inp, sc)?;
-    stages::compress(st, layer, state, dptr(&sc.act.proj, st.s))?;
     stages::indexer(st, layer, state, sc)?;
     stages::attend(st, layer, state, sc)
 }
@@ -191,7 +190,7 @@ fn project(
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
     let a = inp.a;
-    fork_lin(st, layer, a, sc)?;
+    fork_lin(st, layer, state, a, sc)?;
     let (s, cfg, rows) = (st.s, st.cfg, st.rows);
     let d = cfg.hidden_size;
     // FP8 act_quant of the block input only for FP8-stored wq_a/wkv (one format: check_dims); skipped
@@ -289,18 +288,23 @@ fn project(
 }
 
 /// The stacked bf16 compressor/indexer projection of the block input `a` (not the FP8-quantised xq: the
-/// compressors and weights_proj run in bf16) into `sc.act.proj`, on the side stream: forked from the work
-/// stream here, joined back at the end of [`project`] before the compressors read it. The chains write
-/// disjoint buffers (the side one only `proj` and its own split-K scratch), so eager runs and graph replays
-/// (the fork becomes parallel branches) give the same bits.
+/// compressors and weights_proj run in bf16) into `sc.act.proj`, then the compressor updates that read only
+/// it (stages::compress), on the side stream: forked from the work stream here, joined back at the end of
+/// [`project`], before the indexer and the attention read the caches. The chains write disjoint buffers (the
+/// side one `proj`, its own split-K scratch and the compressor states / caches, which the work stream touches
+/// only after the join), so eager runs and graph replays (the fork becomes parallel branches) give the same
+/// bits. At batch 1 this takes the compressor launch off the layer's critical path (the side chain, ~15 us,
+/// ends well before wq_a+wkv, q norm and wq_b do).
 fn fork_lin(
     st: &Step<'_>,
     layer: &AttnLayer,
+    state: &mut AttnState,
     a: &CudaSlice<bf16>,
     sc: &mut AttnScratch,
 ) -> Result<(), GpuError> {
     let Some(lin) = &layer.lin else {
-        return Ok(());
+        // No projection, so no compressor reads one (a sliding-window layer): nothing to launch.
+        return stages::compress(st, layer, state, dptr(&sc.act.proj, st.s));
     };
     let side = sc.lin_side.stream.clone();
     sc.lin_side.fork.record(st.s)?;
@@ -323,6 +327,17 @@ fn fork_lin(
         &[job],
         &mut sc.gemv_lin,
     )?;
+    let on_side = Step {
+        ctx: st.ctx,
+        s: &side,
+        cfg: st.cfg,
+        rows: st.rows,
+        official: st.official,
+        slots: st.slots,
+        positions: st.positions,
+        marks: None,
+    };
+    stages::compress(&on_side, layer, state, dptr(&sc.act.proj, &side))?;
     sc.lin_side.join.record(&side)?;
     Ok(())
 }
