@@ -327,17 +327,7 @@ fn fork_lin(
         &[job],
         &mut sc.gemv_lin,
     )?;
-    let on_side = Step {
-        ctx: st.ctx,
-        s: &side,
-        cfg: st.cfg,
-        rows: st.rows,
-        official: st.official,
-        slots: st.slots,
-        positions: st.positions,
-        marks: None,
-    };
-    stages::compress(&on_side, layer, state, dptr(&sc.act.proj, &side))?;
+    stages::compress(&st.on(&side), layer, state, dptr(&sc.act.proj, &side))?;
     sc.lin_side.join.record(&side)?;
     Ok(())
 }

@@ -52,7 +52,24 @@ pub(super) struct Step<'a> {
     pub marks: Option<RefCell<&'a mut StageMarks>>,
 }
 
-impl Step<'_> {
+impl<'a> Step<'a> {
+    /// The same step's launches on another stream `s` (a side branch: no stage marks).
+    pub(super) fn on<'b>(&self, s: &'b CudaStream) -> Step<'b>
+    where
+        'a: 'b,
+    {
+        Step {
+            ctx: self.ctx,
+            s,
+            cfg: self.cfg,
+            rows: self.rows,
+            official: self.official,
+            slots: self.slots,
+            positions: self.positions,
+            marks: None,
+        }
+    }
+
     /// Records the end of stage `name` when profiling.
     pub(super) fn mark(&self, name: &'static str) -> Result<(), GpuError> {
         if let Some(m) = &self.marks {
