@@ -14,18 +14,27 @@ typedef unsigned long long u64;
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
-// Programmatic dependent launch (kernels/src/launch.rs). pdl_wait: block until the previous kernel on the
-// stream has completed and its writes are visible (returns at once when launched without PDL), then let the
-// next kernel be scheduled. Every kernel of this crate calls it, unconditionally and before touching memory
-// that other kernels write, so that its completion still implies its predecessor's. What a kernel does
-// before it (address arithmetic, loads of constant weights) overlaps the previous kernel's tail.
-// The trigger comes after the wait on purpose: at most one future grid sits resident beside the running one.
-// Triggering at the top released the whole chain at once (each waiting grid released the next), and the
-// resident waiters took the registers and shared memory the running kernel's blocks needed: 16% slower
-// (kernels/BENCH_NOTES.md, ninth session).
+// Programmatic dependent launch (kernels/src/launch.rs, on by default on sm_90+). pdl_wait: block until the
+// previous kernel on the stream has completed and its writes are visible (returns at once when launched without
+// PDL). Every kernel of this crate calls it, unconditionally and before touching memory that other kernels
+// write, so that its completion still implies its predecessor's. What a kernel does before it (address
+// arithmetic, loads of constant weights) overlaps the previous kernel's tail.
+// The next kernel may be scheduled once every block of this one has exited or called pdl_trigger: kernels
+// trigger at exit, except the decode GEMVs (gemv.cu), which trigger after their K loop, so the next kernel's
+// start and its own weight loads overlap their reductions and split-K finish. Measured (twelfth session, graph
+// replay, batch 1 / 8): 7.15 / 15.37 ms without PDL, 6.81 / 14.61 with this placement; triggering right after
+// the wait in every kernel (tenth session) was 7.23 / 15.49 (slower than none): the waiting grid's blocks sat
+// resident beside the running one from its start. Triggering at the top of every kernel (ninth session) released
+// the whole chain at once: 16% slower.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel be scheduled before this block exits (see pdl_wait).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }

@@ -30,7 +30,7 @@
 //          to arrive (counter in cnt, reset by that block, so graph replays see zeros) sums them in split
 //          order: deterministic, and independent of which block arrives last.
 // PDL:     the first K step's weights (constant) are loaded before pdl_wait(), so they are in flight while
-//          the previous kernel drains.
+//          the previous kernel drains; pdl_trigger() after the K loop lets the next kernel start meanwhile.
 // Constraints: FP8 K % 16 == 0, bf16 K % 8 == 0 (16-byte rows); scale exponent byte <= 134 (scale <= 2^7).
 // Variants / timings: kernels/BENCH_NOTES.md (fp8_gemv, attn_gemv before they were folded into this file;
 //          the standalone split-K reduce launch is gone).
@@ -222,6 +222,7 @@ __device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
         else
             gemv_bf16_step<NT>(acc, wv, x, kb, g, t, B, K);
     }
+    pdl_trigger();  // the next kernel's start overlaps this block's reduction and store
     block_reduce_8warps<GEMV_MT * NT * 4>(acc, red);
     float* ws = gridDim.y > 1 ? p.ws + (u64)grp * gridDim.y * B * p.nmax : nullptr;
     if (warp == 0) {

@@ -2,16 +2,14 @@
 //!
 //! With PDL a kernel may be scheduled while the previous kernel on the stream is still running: its blocks
 //! become resident and wait in `griddepcontrol.wait` (common.cuh `pdl_wait`) until the previous grid has
-//! completed and its writes are visible; `pdl_wait` then lets the next kernel be scheduled, so at most one
-//! grid waits beside the running one. Every kernel launched here calls `pdl_wait()` before it touches memory
-//! another kernel writes (GEMVs prefetch their constant weights first), so results are the same bits with PDL
-//! on or off: with `DSV4_PDL=1` every GPU model, prefill, golden, sampling and multi-GPU test passes (tenth
-//! session; the race of the third session came from kernels that never waited: sampling, the split's sums,
-//! the prefill kernels).
-//! Measured (H200, full-size `dsv4 bench`, 4K context, tenth session, same call; ms per step at batch 1 / 8 /
-//! 64): eager 8.76 / 16.44 / 51.08 without, 8.11 / 16.57 / 50.55 with PDL; graph replay 7.52 / 15.68 / 49.95
-//! without, 7.83 / 16.32 / 50.01 with. Replay is what decode runs, so PDL stays off unless `DSV4_PDL=1`
-//! (sm_90+ only).
+//! completed and its writes are visible. The previous grid lets it be scheduled when its blocks exit, or
+//! earlier where they call `pdl_trigger` (the decode GEMVs, after their K loop). Every kernel launched here
+//! calls `pdl_wait()` before it touches memory another kernel writes (GEMVs prefetch their constant weights
+//! first), so results are the same bits with PDL on or off (every GPU test passes either way).
+//! Measured (H200, full-size `dsv4 bench`, 4K context, graph replay, ms per step at batch 1 / 8, same call,
+//! twelfth session): 7.15 / 15.37 without PDL, **6.81 / 14.61** with it. The earlier placement (every kernel
+//! triggering right after its wait, tenth session) was slower than none, 7.23 / 15.49, so PDL was off then.
+//! PDL is on by default on sm_90+; `DSV4_PDL=0` turns it off.
 use std::ffi::c_void;
 use std::marker::PhantomData;
 
@@ -55,9 +53,9 @@ impl<'a> Args<'a> {
     }
 }
 
-/// Whether PDL is used on a device of compute capability `major`: sm_90+ with `DSV4_PDL=1`.
+/// Whether PDL is used on a device of compute capability `major`: sm_90+ unless `DSV4_PDL=0`.
 pub(crate) fn pdl_wanted(major: i32) -> bool {
-    major >= 9 && std::env::var("DSV4_PDL").is_ok_and(|v| v == "1")
+    major >= 9 && std::env::var("DSV4_PDL").map_or(true, |v| v != "0")
 }
 
 /// Launches `f` on `stream` (PDL when `pdl`).
