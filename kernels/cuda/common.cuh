@@ -20,8 +20,10 @@ typedef unsigned long long u64;
 // write, so that its completion still implies its predecessor's. What a kernel does before it (address
 // arithmetic, loads of constant weights) overlaps the previous kernel's tail.
 // The next kernel may be scheduled once every block of this one has exited or called pdl_trigger: kernels
-// trigger at exit, except the decode GEMVs (gemv.cu), which trigger after their K loop, so the next kernel's
-// start and its own weight loads overlap their reductions and split-K finish. Measured (twelfth session, graph
+// trigger at exit, except the decode GEMVs (gemv.cu, gemv_ring.cu, gemv_wg.cu) and the routed-expert kernels
+// (fp4_expert.cu), which trigger after their main loop, so the next kernel's start and its own weight loads
+// overlap their reductions, stores and split-K finish (the same speed as triggering at exit within 0.5%:
+// batch 64 44.78-45.06 against 44.85-45.13 ms). Measured (twelfth session, graph
 // replay, batch 1 / 8): 7.15 / 15.37 ms without PDL, 6.81 / 14.61 with this placement; triggering right after
 // the wait in every kernel (tenth session) was 7.23 / 15.49 (slower than none): the waiting grid's blocks sat
 // resident beside the running one from its start. Triggering at the top of every kernel (ninth session) released

@@ -305,6 +305,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
             if (sc_async) __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
         }
 
+        pdl_trigger();  // the next kernel's start overlaps the reduction and store (idempotent per block)
         fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, cnt, slots + s0, out, out_bf16);
     }
 }
@@ -368,6 +369,7 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
         }
         cp_async_wait<0>();
         __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
+        pdl_trigger();  // the next kernel's start overlaps the reduction and store (idempotent per block)
         fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, cnt, slots + s0, out, out_bf16);
     }
 }

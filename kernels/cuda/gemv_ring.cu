@@ -259,6 +259,7 @@ __device__ __forceinline__ void gemv_ring(const GemvParams& p, int depth) {
                 ring_bf16_step<NT, MT>(acc, st, st + WBYTES, wr0, g, t);
         }
     }
+    pdl_trigger();  // the next kernel's start overlaps this block's stores and split-K finish
     float* ws = splits > 1 ? p.ws + (u64)grp * splits * B * p.nmax : nullptr;
     if (wactive) {
 #pragma unroll

@@ -255,6 +255,7 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
         cur = cur + SB == (u32)depth * SB ? 0u : cur + SB;
     }
     wgmma_wait<0>();
+    pdl_trigger();  // the next kernel's start overlaps this block's stores and split-K finish
     float* ws = splits > 1 ? p.ws + (u64)grp * splits * B * p.nmax : nullptr;
     if (active) {
 #pragma unroll
