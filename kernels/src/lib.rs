@@ -17,6 +17,7 @@ pub mod reference;
 pub use context::{GpuContext, Kernels};
 pub use error::{KernelError, Result};
 pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
+pub use ops::env_usize;
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Fixed, Fp4Mat, Fp4Tune, FP4_FIXED};
 pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, GemvOut, GemvParams, GemvPlan,

@@ -9,6 +9,9 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
+use std::sync::OnceLock;
+
+use dsv4_kernels::env_usize;
 use dsv4_kernels::{
     bf16, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights, GpuContext, RouteBy, RouteShape,
 };
@@ -303,8 +306,16 @@ fn shared_on(
 /// Measured (H200, full-size bench, graph replay, ms/step): batch 1 forking before the gate 9.83 vs after
 /// the routing 9.92; batch 8 21.05 vs 21.02; batch 64 79.24 vs 78.83 (serial: 10.18, 21.06, 79.92). At
 /// large batches the shared expert's GEMVs compete with the gate GEMV and routing, which every routed
-/// launch waits for; at batch 1 the SMs are mostly idle and the earlier start wins.
+/// launch waits for; at batch 1 the SMs are mostly idle and the earlier start wins. Re-measured with PDL on
+/// (twelfth session, same call, graphs): batch 1 6.79 / 6.79 forking early against 7.00 / 7.01 after the
+/// routing, batch 2 8.02 / 8.03 against 8.19 / 8.19.
 const FORK_BEFORE_GATE_ROWS: usize = 4;
+
+/// [`FORK_BEFORE_GATE_ROWS`], or `DSV4_MOE_FORK_EARLY_ROWS` (A/B runs; 0: always after the routing).
+fn fork_before_gate_rows() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| env_usize("DSV4_MOE_FORK_EARLY_ROWS").unwrap_or(FORK_BEFORE_GATE_ROWS))
+}
 
 /// The MoE of `rows` rows of `ws.io.a`: leaves routed outputs in `ws.ex.y_routed` and the shared expert's in
 /// `ws.ex.y_shared` (summed by the caller's HCPost).
@@ -327,7 +338,7 @@ pub fn forward(
     // Official numerics: ws.io.aq (the FP8 fake-quantised input) was written by the ffn HCPre; it (and the
     // FP8 round trip of the SwiGLU output) feeds FP4 experts / FP8 shared experts only.
     let official = numerics == Numerics::Official;
-    let early = rows <= FORK_BEFORE_GATE_ROWS;
+    let early = rows <= fork_before_gate_rows();
     if !early {
         route(ctx, cfg, w, ws, rows)?;
     }

@@ -34,7 +34,7 @@ use cudarc::driver::{CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrM
 use crate::error::{KernelError, Result};
 
 /// A `usize` from environment variable `name` (the A/B and tuning knobs); None when unset or not a number.
-pub(crate) fn env_usize(name: &str) -> Option<usize> {
+pub fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
