@@ -35,3 +35,31 @@ fn bench_without_a_gpu_fails_with_the_reason() {
     assert!(!err.contains("using the CPU backend"), "stderr: {err}");
     assert!(!err.contains("panicked"), "stderr: {err}");
 }
+
+/// Settings the bench cannot time are rejected up front, with or without a GPU, naming the value: a batch
+/// above the 64 rows of a decode step (it used to be skipped silently), none at all, zero timed steps.
+#[test]
+fn bench_rejects_settings_it_cannot_time() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--batches", "1,100"],
+            "--batches: 100 rows is outside 1..=64",
+        ),
+        (&["--batches", "0"], "--batches: 0 rows is outside 1..=64"),
+        (&["--steps", "0"], "--steps: time at least one step"),
+    ];
+    for (args, want) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_dsv4"))
+            .arg("bench")
+            .args(args)
+            .args(["--prefill", "0"])
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .output()
+            .expect("run dsv4");
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: stderr: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: stderr: {err}");
+    }
+}

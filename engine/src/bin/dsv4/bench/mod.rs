@@ -10,7 +10,7 @@ mod prefill;
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::{
     block_dense_bytes, probe_gpu, BankPlan, ExpertBank, GpuModel, GpuProbe, GraphSet,
-    ModelWeightsDev, PrefillWs,
+    ModelWeightsDev, PrefillWs, MAX_ROWS,
 };
 use dsv4_kernels::GpuContext;
 use measure::Inputs;
@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Decode batch sizes (rows per step, <= 64).
+    /// Decode batch sizes (rows per step, 1..=64).
     #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
     batches: Vec<usize>,
     /// Live context lengths (tokens already in each sequence's caches).
@@ -61,6 +61,25 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// Rejects settings the bench cannot time, naming the value (before any GPU work).
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.batches.is_empty() {
+            anyhow::bail!("--batches: give at least one decode batch size");
+        }
+        if let Some(b) = self.batches.iter().find(|b| !(1..=MAX_ROWS).contains(*b)) {
+            anyhow::bail!(
+                "--batches: {b} rows is outside 1..={MAX_ROWS} (the most rows one decode step runs)"
+            );
+        }
+        if self.contexts.is_empty() {
+            anyhow::bail!("--contexts: give at least one context length");
+        }
+        if self.steps == 0 {
+            anyhow::bail!("--steps: time at least one step");
+        }
+        Ok(())
+    }
+
     /// The prefill prompt lengths to time (`0` entries dropped).
     pub(super) fn prompts(&self) -> Vec<usize> {
         self.prefill.iter().copied().filter(|&p| p > 0).collect()
@@ -127,6 +146,7 @@ struct Report {
 }
 
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
+    args.validate()?;
     let info = match probe_gpu() {
         GpuProbe::Available(i) => i,
         // The reason alone: describe() would add "using the CPU backend", which the bench does not do.
@@ -145,7 +165,13 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let cfg = plan::flash_config()?;
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
-    let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
+    let max_b = args
+        .batches
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .clamp(1, MAX_ROWS);
     let prompts = args.prompts();
     let max_ctx = args.max_context();
     let chunk = args.prefill_chunk.max(1);
@@ -173,7 +199,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let graphs = GraphSet::capture(&mut model, &args.batches)?;
     let mut rows = Vec::new();
     for &c in &args.contexts {
-        for &b in args.batches.iter().filter(|&&b| (1..=64).contains(&b)) {
+        for &b in args.batches.iter() {
             rows.extend(bench_point(&mut model, &graphs, args, c, b, copy)?);
         }
     }

@@ -126,7 +126,13 @@ pub fn run(
     let cfg = plan::flash_config()?;
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
-    let max_b = args.batches.iter().copied().max().unwrap_or(1).clamp(1, 64);
+    let max_b = args
+        .batches
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .clamp(1, dsv4_engine::gpu::MAX_ROWS);
     let max_ctx = args.max_context();
     let mut ranks = Vec::with_capacity(gpus.len());
     let mut gb = Vec::new();
@@ -192,7 +198,7 @@ fn time_with(
     };
     let mut rows = Vec::new();
     for &c in &args.contexts {
-        for &b in args.batches.iter().filter(|&&b| (1..=64).contains(&b)) {
+        for &b in args.batches.iter() {
             let inp = Inputs::new(b, c, model.cfg.vocab_size);
             let (coll_ms, count) = collective_ms(model, &inp)?;
             let modes: &[bool] = if graphs.buckets().contains(&b) {
