@@ -1,7 +1,18 @@
 //! `dsv4 bench` without a GPU: a clear one-line error and a failing status, never a panic. (With a GPU the
 //! bench itself runs, which takes minutes and is not a test: the case is skipped there.)
 
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// `dsv4 bench ARGS` without backtraces (the error output is what the cases read).
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dsv4"))
+        .arg("bench")
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .expect("run dsv4")
+}
 
 #[test]
 fn bench_without_a_gpu_fails_with_the_reason() {
@@ -12,20 +23,7 @@ fn bench_without_a_gpu_fails_with_the_reason() {
         eprintln!("SKIP: a GPU is present (this case checks the no-GPU error)");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_dsv4"))
-        .args([
-            "bench",
-            "--batches",
-            "1",
-            "--contexts",
-            "4096",
-            "--prefill",
-            "0",
-        ])
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LIB_BACKTRACE")
-        .output()
-        .expect("run dsv4");
+    let out = bench(&["--batches", "1", "--contexts", "4096", "--prefill", "0"]);
     assert!(!out.status.success(), "bench succeeded without a GPU");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -49,14 +47,7 @@ fn bench_rejects_settings_it_cannot_time() {
         (&["--steps", "0"], "--steps: time at least one step"),
     ];
     for (args, want) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_dsv4"))
-            .arg("bench")
-            .args(args)
-            .args(["--prefill", "0"])
-            .env_remove("RUST_BACKTRACE")
-            .env_remove("RUST_LIB_BACKTRACE")
-            .output()
-            .expect("run dsv4");
+        let out = bench(&[args, &["--prefill", "0"]].concat());
         assert!(!out.status.success(), "{args:?} succeeded");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(want), "{args:?}: stderr: {err}");

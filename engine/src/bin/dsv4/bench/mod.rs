@@ -80,6 +80,16 @@ impl BenchArgs {
         Ok(())
     }
 
+    /// The largest decode batch asked for (validate keeps every one in 1..=MAX_ROWS).
+    pub(super) fn max_batch(&self) -> usize {
+        self.batches
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(1)
+            .clamp(1, MAX_ROWS)
+    }
+
     /// The prefill prompt lengths to time (`0` entries dropped).
     pub(super) fn prompts(&self) -> Vec<usize> {
         self.prefill.iter().copied().filter(|&p| p > 0).collect()
@@ -165,13 +175,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let cfg = plan::flash_config()?;
     let ctx = GpuContext::new(0)?;
     let copy = measure::copy_bandwidth(&ctx.stream)?;
-    let max_b = args
-        .batches
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .clamp(1, MAX_ROWS);
+    let max_b = args.max_batch();
     let prompts = args.prompts();
     let max_ctx = args.max_context();
     let chunk = args.prefill_chunk.max(1);

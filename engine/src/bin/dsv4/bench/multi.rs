@@ -126,13 +126,7 @@ pub fn run(
     let cfg = plan::flash_config()?;
     let plan = gpu_plan(&cfg, devices.len(), mode)?;
     let gpus = contexts(devices)?;
-    let max_b = args
-        .batches
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(1)
-        .clamp(1, dsv4_engine::gpu::MAX_ROWS);
+    let max_b = args.max_batch();
     let max_ctx = args.max_context();
     let mut ranks = Vec::with_capacity(gpus.len());
     let mut gb = Vec::new();
