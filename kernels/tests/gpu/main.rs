@@ -1,5 +1,6 @@
 //! GPU kernel tests against the CPU references, on random inputs of awkward shapes. Each test prints
 //! "SKIP" and passes when no GPU/driver is present.
+mod argmax;
 mod bf16_expert;
 mod common;
 mod expert;
