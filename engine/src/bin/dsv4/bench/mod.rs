@@ -141,6 +141,8 @@ struct Row {
 #[derive(serde::Serialize)]
 struct Report {
     gpu: String,
+    /// Programmatic dependent launch on (the default on sm_90+; `DSV4_PDL=0` turns it off).
+    pdl: bool,
     copy_gb_per_s: f64,
     expert_banks: usize,
     layers_sharing_a_bank: usize,
@@ -216,6 +218,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     }
     let mut report = Report {
         gpu: info.name,
+        pdl: model.ctx.pdl,
         copy_gb_per_s: copy,
         expert_banks: bank_plan.banks,
         layers_sharing_a_bank: bank_plan.sharings(),
@@ -297,8 +300,13 @@ fn bench_point(
 
 fn print_report(r: &Report) {
     println!(
-        "\n{} | copy {:.0} GB/s | weights {:.1} GB | {} expert banks ({} layers share) | official numerics",
-        r.gpu, r.copy_gb_per_s, r.weights_gb, r.expert_banks, r.layers_sharing_a_bank
+        "\n{} | copy {:.0} GB/s | weights {:.1} GB | {} expert banks ({} layers share) | official numerics | PDL {}",
+        r.gpu,
+        r.copy_gb_per_s,
+        r.weights_gb,
+        r.expert_banks,
+        r.layers_sharing_a_bank,
+        if r.pdl { "on" } else { "off" }
     );
     println!("| context | batch | graph | ms/step | tok/s | experts | weights GB | cache GB | GB/s | of copy |");
     println!("|---|---|---|---|---|---|---|---|---|---|");

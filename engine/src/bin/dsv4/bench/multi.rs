@@ -39,6 +39,8 @@ pub struct MultiRow {
 #[derive(serde::Serialize)]
 pub struct MultiReport {
     pub gpu: String,
+    /// Programmatic dependent launch on (every rank's context decides it the same way).
+    pub pdl: bool,
     pub collective: String,
     pub weights_gb_per_rank: Vec<f64>,
     pub graph_error: Option<String>,
@@ -231,6 +233,7 @@ fn time_with(
     };
     let report = MultiReport {
         gpu: model.ranks[0].gpu.info.name.clone(),
+        pdl: model.ranks[0].gpu.pdl,
         collective,
         weights_gb_per_rank: gb.to_vec(),
         graph_error,
@@ -327,7 +330,11 @@ fn collective_ms(model: &mut MultiModel, inp: &Inputs) -> anyhow::Result<(f64, u
 }
 
 fn print_report(r: &MultiReport) {
-    println!("\n{} | {} | official numerics", r.gpu, r.collective);
+    let pdl = if r.pdl { "on" } else { "off" };
+    println!(
+        "\n{} | {} | official numerics | PDL {pdl}",
+        r.gpu, r.collective
+    );
     println!("| split | GPUs | context | batch | graph | ms/step | tok/s | collectives/step | collective ms/step (eager) |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for x in &r.rows {
