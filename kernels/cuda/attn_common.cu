@@ -24,7 +24,8 @@ __device__ __forceinline__ float attn_pow2(int e) {
 }
 
 // 1 / s for s = 2^k (normal) or +inf, from the bits: 2^-k (2^-127, for s = 2^127, is subnormal; 1 / inf = 0).
-// The reciprocal is exact, so this is the IEEE division's value without its instruction sequence.
+// The reciprocal is exact, so this is the IEEE division's value without its instruction sequence. Also fq_block's
+// (mhc_finish.cu, later in the sorted translation unit) reciprocal of its block scale.
 __device__ __forceinline__ float attn_inv_pow2(float s) {
     const u32 se = __float_as_uint(s) >> 23;
     return se <= 253u ? __uint_as_float((254u - se) << 23) : se == 254u ? __uint_as_float(0x00400000u) : 0.f;

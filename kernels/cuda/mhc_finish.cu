@@ -20,8 +20,8 @@
 //          (mhc_store_y only without yq), that pass takes one block per trip, the collapse's full rounds are
 //          unguarded, the pre coefficients are one sigmoid per lane, the Sinkhorn loop is not unrolled.
 //          hc_finish24: 4752 -> 2448 SASS instructions, ~2900 -> ~1450 on the D = 4096 path. Same bits.
-// Depends on f32_to_e4m3 / e4m3_to_f32 (act_quant.cu), mhc_sigmoid / mhc_sinkhorn_lane (mhc.cu); fq_block is
-//          also used by moe_route.cu (later in the sorted translation unit).
+// Depends on f32_to_e4m3 / e4m3_to_f32 (act_quant.cu), attn_inv_pow2 (attn_common.cu), mhc_sigmoid /
+//          mhc_sinkhorn_lane (mhc.cu); fq_block is also used by moe_route.cu (later in the sorted translation unit).
 // Constraints: n = 4, D % 8 == 0, D <= MHC_MAX_D (checked on the host).
 #include "common.cuh"
 
@@ -68,7 +68,7 @@ __device__ __forceinline__ u32 fq_scale_exp(const float* v) {
 __device__ __forceinline__ void fq_block(float* v) {
     const u32 se = fq_scale_exp(v);
     const float s = __uint_as_float(se << 23);
-    const float rs = se <= 253u ? __uint_as_float((254u - se) << 23) : se == 254u ? __uint_as_float(0x00400000u) : 0.f;
+    const float rs = attn_inv_pow2(s);  // 2^-k from the bits (attn_common.cu; 0 for s = inf)
 #pragma unroll
     for (int q = 0; q < 4; q += 2) {
         const float c0 = fminf(fmaxf(v[q] * rs, -448.f), 448.f), c1 = fminf(fmaxf(v[q + 1] * rs, -448.f), 448.f);

@@ -9,12 +9,11 @@ use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
-use std::sync::OnceLock;
-
-use dsv4_kernels::env_usize;
 use dsv4_kernels::{
-    bf16, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights, GpuContext, RouteBy, RouteShape,
+    bf16, env_usize, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights, GpuContext, RouteBy,
+    RouteShape,
 };
+use std::sync::OnceLock;
 
 /// Called after each op with its name and the workspace (the profiler records an event there, the
 /// bench reads the routed expert ids; normally a no-op).
