@@ -163,11 +163,11 @@ __device__ __forceinline__ uint2 mhc_row_load(const u16* __restrict__ X, bool va
 }
 
 
-// A lane's 4-column dot with fn and its sum of squares for hc_mix_tile24 (mhc_wide.cu), the multiply-adds spelled
-// out as nvcc compiles mhc_row_sums' plain expressions in the instances for 8+ rows (hc_mix_partial24_mg1,
-// hc_post_mix24_mg1: the PTX has fma(f.x, x0, f.y x1), then x2, x3; the squares fma(x1, x1, x0 x0), then x2, x3),
-// so the tiled prefill forms their bits. (The MG > 1 instances select between the two per slot and contract the
-// squares the other way round; mhc_row_sums keeps its expressions so that decode's bits stay as they were.)
+// A lane's 4-column dot with fn and its sum of squares, the multiply-adds spelled out (fma(f.x, x0, f.y x1), then
+// x2, x3; the squares fma(x1, x1, x0 x0), then x2, x3: what nvcc made of the plain expressions in the 8+-row
+// instances, so those bits stayed as they were). Every mix split (MG) and hc_mix_tile24 (mhc_wide.cu) uses them,
+// so a row gets the same bits whatever the batch (the MG > 1 instances used to contract the squares the other way
+// round).
 __device__ __forceinline__ float mhc_dot4(float4 f, const float* x) {
     return __fmaf_rn(f.w, x[3], __fmaf_rn(f.z, x[2], __fmaf_rn(f.x, x[0], __fmul_rn(f.y, x[1]))));
 }
@@ -182,11 +182,7 @@ __device__ __forceinline__ void mhc_row_sums(const float4 (&f)[I], const float (
                                              float* out) {
     float acc[I];
 #pragma unroll
-    for (int i = 0; i < I; ++i) {
-        const int m = mg + MG * i;
-        acc[i] = m == M ? xv[0] * xv[0] + xv[1] * xv[1] + xv[2] * xv[2] + xv[3] * xv[3]
-                        : f[i].x * xv[0] + f[i].y * xv[1] + f[i].z * xv[2] + f[i].w * xv[3];
-    }
+    for (int i = 0; i < I; ++i) acc[i] = mg + MG * i == M ? mhc_sq4(xv) : mhc_dot4(f[i], xv);
 #pragma unroll
     for (int i = 0; i < I; ++i) acc[i] = warp_sum(acc[i]);
     if (lane == 0) {
@@ -254,12 +250,12 @@ __device__ __forceinline__ void mhc_mix_partial_body(const u16* __restrict__ X, 
                 mhc_row_sums<M, MG, I>(f, xv, mg, lane, ws + ((u64)blockIdx.x * rows + row) * (M + 1));
             }
         }
-        return;
-    }
-    for (int row = rg; row < rows; row += RG) {
-        float xv[4] = {0.f, 0.f, 0.f, 0.f};
-        if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
-        mhc_row_sums<M, MG, I>(f, xv, mg, lane, ws + ((u64)blockIdx.x * rows + row) * (M + 1));
+    } else {
+        for (int row = rg; row < rows; row += RG) {
+            float xv[4] = {0.f, 0.f, 0.f, 0.f};
+            if (valid) mhc_post4(X, post, row, D, j, cc, mg == 0 ? post.xo + (u64)row * nd + c : nullptr, xv);
+            mhc_row_sums<M, MG, I>(f, xv, mg, lane, ws + ((u64)blockIdx.x * rows + row) * (M + 1));
+        }
     }
 }
 

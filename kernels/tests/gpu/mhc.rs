@@ -104,6 +104,25 @@ impl Case {
         }
     }
 
+    /// The same case cut to its first `n` rows (the same parameters, the same per-row inputs).
+    fn first_rows(&self, n: usize) -> Case {
+        let d = self.d;
+        Case {
+            rows: n,
+            d,
+            m: self.m,
+            x: self.x[..n * 4 * d].to_vec(),
+            func: self.func.clone(),
+            base: self.base.clone(),
+            scale: self.scale.clone(),
+            norm_w: self.norm_w.clone(),
+            mix: self.mix[..n * HC_MIX].to_vec(),
+            f: self.f[..n * d].to_vec(),
+            routed: self.routed[..n * TOPK * d].to_vec(),
+            shared: self.shared[..n * d].to_vec(),
+        }
+    }
+
     /// The sub-block output f (f32 values) of `moe`: bf16(sum_k routed + shared) or the bf16 f.
     fn f_ref(&self, moe: bool) -> Vec<f32> {
         if !moe {
@@ -279,6 +298,36 @@ fn hc_pre_fused_post_matches_unfused_and_reference() {
                     .zip(&unfused.mix)
                     .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(mix_same, "{what}: fused mix differs");
+            }
+        }
+    }
+}
+
+/// A row's HCPre (with and without a fused HCPost, block mixer and HC head) gives the same bits whatever the
+/// batch it runs in: every mix split and row blocking the launcher picks by the row count sums the same
+/// expressions (mhc.cu, mhc_dot4), so a token's numerics do not depend on who else is in the step.
+#[test]
+fn hc_pre_gives_a_row_the_same_bits_at_every_batch() {
+    let Some(g) = gpu() else { return };
+    for head in [false, true] {
+        let full = Case::new(990 + u64::from(head), 64, 1000, head);
+        for post in [None, Some(true), Some(false)] {
+            let all = run(&g, &full, post, post.is_some(), false);
+            for n in [1, 2, 3, 5, 8, 17, 33, 63] {
+                let part = run(&g, &full.first_rows(n), post, post.is_some(), false);
+                let what = format!("head {head} post {post:?}: {n} rows against 64");
+                let (d, nd) = (full.d, 4 * full.d);
+                assert!(same_bits(&part.y, &all.y[..n * d]), "{what}: y differs");
+                assert!(same_bits(&part.yq, &all.yq[..n * d]), "{what}: yq differs");
+                assert!(
+                    same_bits(&part.x, &all.x[..n * nd]),
+                    "{what}: streams differ"
+                );
+                let mix_same = part.mix[..n * HC_MIX]
+                    .iter()
+                    .zip(&all.mix)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(mix_same, "{what}: mix differs");
             }
         }
     }
