@@ -133,9 +133,6 @@ fn run_attention(ctx: &GpuContext, case: &Case) {
         scale: (DIM as f32).powf(-0.5),
         pad: 0,
     };
-    // SAFETY: q rows x heads x dim, ring/comp [slots, window|cap, dim] with slot ids < slots, sel rows x k
-    // entries < cap, part_* rows x splits x heads (x dim).
-    unsafe { ctx.launch_attn_sparse_partial(s, splits, rows, &p) }.expect("partial");
     let m = AttnMerge {
         part_o: addr(ctx, &part_o),
         part_ml: addr(ctx, &part_ml),
@@ -150,6 +147,9 @@ fn run_attention(ctx: &GpuContext, case: &Case) {
         groups: GROUPS as i32,
         rows: rows as i32,
     };
+    // SAFETY: q rows x heads x dim, ring/comp [slots, window|cap, dim] with slot ids < slots, sel rows x k
+    // entries < cap, part_* rows x splits x heads (x dim).
+    unsafe { ctx.launch_attn_sparse_partial(s, splits, rows, &p) }.expect("partial");
     // SAFETY: as above; out holds rows x heads x dim bf16, sink heads f32, freqs rdim/2 f32.
     unsafe { ctx.launch_attn_sparse_merge(s, &m) }.expect("merge");
     let got = s.clone_dtoh(&out).expect("dtoh");
@@ -222,12 +222,31 @@ fn sparse_attention_full_size_matches_cpu() {
             positions: vec![4095, 700, 37],
             splits: 3,
         },
+        // One split walking all 20 tiles (a partial last tile), and 9 splits of 3.
+        Case {
+            ratio: 4,
+            k: 512,
+            positions: vec![4095, 1000],
+            splits: 1,
+        },
+        Case {
+            ratio: 4,
+            k: 512,
+            positions: vec![4095, 2999, 517],
+            splits: 9,
+        },
         // HCA: every live entry (32 at 4K), window only.
         Case {
             ratio: 128,
             k: 0,
             positions: vec![4095, 130],
             splits: 7,
+        },
+        Case {
+            ratio: 128,
+            k: 0,
+            positions: vec![4095, 6000],
+            splits: 2,
         },
         Case {
             ratio: 0,
