@@ -1,5 +1,5 @@
-//! The GPU model against the CPU reference on tiny FP8/FP4 checkpoints, teacher-forced over a prefill
-//! plus 40 decode steps; graph replay against eager; a batch of 3 against each sequence alone.
+//! The GPU model against the CPU reference on tiny FP8/FP4 checkpoints (the golden one, the synthetic tiny
+//! config and one of awkward dimensions), teacher-forced over a prefill plus decode steps; graph replay against eager; a batch of 3 against each sequence alone.
 //! SKIPs (passes with a message) without a CUDA GPU. `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
 
 mod gpu_model_util;
@@ -7,6 +7,7 @@ mod gpu_model_util;
 use dsv4_engine::api::Numerics;
 use dsv4_engine::backend::{Backend, SeqId, Work};
 use dsv4_engine::gpu::GpuBackend;
+use dsv4_engine::model::synth::SynthSpec;
 use gpu_model_util::*;
 
 fn check_case(case: &Case, numerics: Numerics) {
@@ -53,6 +54,47 @@ fn synthetic_quant_matches_cpu_reference() {
     check_official(
         "synthetic, CPU official",
         &gpu_off,
+        &run_cpu(&case, Numerics::Official),
+    );
+}
+
+/// Dimensions unlike the tiny config's and the real model's, awkward for the kernels: 6 heads of 192 (a
+/// partial 16-head group of the split attention), 3 output groups of 2 heads, hidden 384 (three FP8 blocks),
+/// a 24-token window, CSA / HCA (ratio 16; 8 in the MTP block) / window layers in another order, 12 experts top-3 behind one hash layer,
+/// a 256-wide expert, an indexer of 2 heads of 64 keeping 12 entries.
+fn awkward_spec() -> SynthSpec {
+    let mut spec = SynthSpec::tiny_default().with_quantized(true);
+    spec.hidden_size = 384;
+    spec.num_hidden_layers = 4;
+    spec.num_attention_heads = 6;
+    spec.head_dim = 192;
+    spec.q_lora_rank = 256;
+    spec.o_groups = 3;
+    spec.o_lora_rank = 128;
+    spec.sliding_window = 24;
+    spec.compress_ratios = vec![4, 16, 0, 4, 8];
+    spec.index_n_heads = 2;
+    spec.index_head_dim = 64;
+    spec.index_topk = 12;
+    spec.n_routed_experts = 12;
+    spec.num_experts_per_tok = 3;
+    spec.moe_intermediate_size = 256;
+    spec.num_hash_layers = 1;
+    spec.seed = 23;
+    spec
+}
+
+#[test]
+fn other_dimensions_match_cpu_reference() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let case = Case::synthetic_spec(tmp.path(), &awkward_spec(), 90, 30);
+    check_case(&case, Numerics::Reference);
+    check_official(
+        "awkward dimensions, CPU official",
+        &run_gpu(&case, Numerics::Official, true),
         &run_cpu(&case, Numerics::Official),
     );
 }

@@ -98,7 +98,12 @@ impl Case {
     pub fn synthetic(dir: &Path, prompt: usize, decode: usize) -> Case {
         let mut spec = SynthSpec::tiny_default().with_quantized(true);
         spec.seed = 7;
-        write_checkpoint(dir, &spec).expect("synthetic checkpoint");
+        Case::synthetic_spec(dir, &spec, prompt, decode)
+    }
+
+    /// A synthetic checkpoint of `spec` in `dir`, `prompt` pseudo-random prompt tokens and `decode` fed ones.
+    pub fn synthetic_spec(dir: &Path, spec: &SynthSpec, prompt: usize, decode: usize) -> Case {
+        write_checkpoint(dir, spec).expect("synthetic checkpoint");
         let mut rng = SplitMix64::new(11);
         let mut ids = |n: usize| {
             (0..n)
@@ -106,7 +111,7 @@ impl Case {
                 .collect()
         };
         Case {
-            name: "synthetic quant".into(),
+            name: format!("synthetic quant, hidden {}", spec.hidden_size),
             dir: dir.to_path_buf(),
             prompt: ids(prompt),
             fed: ids(decode),
