@@ -111,7 +111,11 @@ impl Case {
                 .collect()
         };
         Case {
-            name: format!("synthetic quant, hidden {}", spec.hidden_size),
+            name: format!(
+                "synthetic {}, hidden {}",
+                if spec.quantized { "quant" } else { "bf16" },
+                spec.hidden_size
+            ),
             dir: dir.to_path_buf(),
             prompt: ids(prompt),
             fed: ids(decode),
