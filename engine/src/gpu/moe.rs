@@ -307,8 +307,10 @@ fn shared_on(
 /// large batches the shared expert's GEMVs compete with the gate GEMV and routing, which every routed
 /// launch waits for; at batch 1 the SMs are mostly idle and the earlier start wins. Re-measured with PDL on
 /// (twelfth session, same call, graphs): batch 1 6.79 / 6.79 forking early against 7.00 / 7.01 after the
-/// routing, batch 2 8.02 / 8.03 against 8.19 / 8.19.
-const FORK_BEFORE_GATE_ROWS: usize = 4;
+/// routing, batch 2 8.02 / 8.03 against 8.19 / 8.19. Thirteenth session (same call, three rounds): batch 8
+/// 14.415 / 14.427 / 14.362 early against 14.509 / 14.553 / 14.503 after (-0.8%), batch 16 a tie (21.94-22.00
+/// against 21.86-22.03), batch 4 early either way: so early up to 8 rows.
+const FORK_BEFORE_GATE_ROWS: usize = 8;
 
 /// [`FORK_BEFORE_GATE_ROWS`], or `DSV4_MOE_FORK_EARLY_ROWS` (A/B runs; 0: always after the routing).
 fn fork_before_gate_rows() -> usize {
