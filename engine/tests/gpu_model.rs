@@ -119,24 +119,43 @@ fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec
     b.forward(&work).expect("forward")
 }
 
+/// A batch gives each sequence the bits it gets alone: 3 rows (the mixer's 2-3-row split, the shared expert
+/// forked before the gate) and 6 (the 4-7-row split; 5-8 rows also fork before the gate).
 #[test]
-fn batch_of_three_equals_each_alone() {
+fn batches_equal_each_alone() {
     let Some(case) = golden_or_skip() else {
         return;
     };
     let ids = &case.prompt;
-    let prompts: Vec<Vec<u32>> = vec![
+    let three: Vec<Vec<u32>> = vec![
         ids[..50].to_vec(),
         ids[50..83].to_vec(),
         ids[100..171].to_vec(),
     ];
-    let mut batched = gpu_backend(&case, Numerics::Official, true);
-    let seqs: Vec<SeqId> = (0..3).map(|_| batched.create_seq().expect("seq")).collect();
-    let together = feed_all(&mut batched, &seqs, &prompts);
+    let six: Vec<Vec<u32>> = [
+        (0, 40),
+        (40, 97),
+        (100, 131),
+        (140, 200),
+        (210, 229),
+        (250, 330),
+    ]
+    .iter()
+    .map(|&(a, b)| ids[a..b].to_vec())
+    .collect();
+    check_batch_against_alone(&case, &three);
+    check_batch_against_alone(&case, &six);
+}
+
+fn check_batch_against_alone(case: &Case, prompts: &[Vec<u32>]) {
+    let n = prompts.len();
+    let mut batched = gpu_backend(case, Numerics::Official, true);
+    let seqs: Vec<SeqId> = (0..n).map(|_| batched.create_seq().expect("seq")).collect();
+    let together = feed_all(&mut batched, &seqs, prompts);
     let step: Vec<Vec<u32>> = together.iter().map(|l| vec![argmax(l) as u32]).collect();
     let together2 = feed_all(&mut batched, &seqs, &step);
-    for i in 0..3 {
-        let mut alone = gpu_backend(&case, Numerics::Official, true);
+    for i in 0..n {
+        let mut alone = gpu_backend(case, Numerics::Official, true);
         let s = alone.create_seq().expect("seq");
         let a1 = feed_all(&mut alone, &[s], &prompts[i..i + 1]);
         let a2 = feed_all(&mut alone, &[s], &step[i..i + 1]);

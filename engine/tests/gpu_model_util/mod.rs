@@ -168,7 +168,7 @@ pub fn gpu_backend_with_context(
 ) -> GpuBackend {
     let opts = GpuOptions {
         numerics,
-        max_seqs: 4,
+        max_seqs: 8,
         max_context,
         cuda_graphs: graphs,
         graph_buckets: vec![1, 2, 4],
