@@ -1,5 +1,6 @@
 //! The GPU model against the CPU reference on tiny FP8/FP4 checkpoints (the golden one, the synthetic tiny
-//! config and one of awkward dimensions), teacher-forced over a prefill plus decode steps; graph replay against eager; a batch of 3 against each sequence alone.
+//! config and one of awkward dimensions), teacher-forced over a prefill plus decode steps; graph replay against
+//! eager; batches of 3 and 6 against each sequence alone.
 //! SKIPs (passes with a message) without a CUDA GPU. `DSV4_TEST_DATA` overrides `<workspace>/tests/data`.
 
 mod gpu_model_util;
@@ -60,8 +61,8 @@ fn synthetic_quant_matches_cpu_reference() {
 
 /// Dimensions unlike the tiny config's and the real model's, awkward for the kernels: 6 heads of 192 (a
 /// partial 16-head group of the split attention), 3 output groups of 2 heads, hidden 384 (three FP8 blocks),
-/// a 24-token window, CSA / HCA (ratio 16; 8 in the MTP block) / window layers in another order, 12 experts top-3 behind one hash layer,
-/// a 256-wide expert, an indexer of 2 heads of 64 keeping 12 entries.
+/// a 24-token window, CSA / HCA (ratio 16; 8 in the MTP block) / window layers in another order, 12 experts
+/// top-3 behind one hash layer, a 256-wide expert, an indexer of 2 heads of 64 keeping 12 entries.
 fn awkward_spec() -> SynthSpec {
     let mut spec = SynthSpec::tiny_default().with_quantized(true);
     spec.hidden_size = 384;
