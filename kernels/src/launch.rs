@@ -3,9 +3,9 @@
 //! With PDL a kernel may be scheduled while the previous kernel on the stream is still running: its blocks
 //! become resident and wait in `griddepcontrol.wait` (common.cuh `pdl_wait`) until the previous grid has
 //! completed and its writes are visible. The previous grid lets it be scheduled when its blocks exit, or
-//! earlier where they call `pdl_trigger` (the decode GEMVs and routed experts, after their main loop). Every kernel launched here
-//! calls `pdl_wait()` before it touches memory another kernel writes (GEMVs prefetch their constant weights
-//! first), so results are the same bits with PDL on or off (every GPU test passes either way).
+//! earlier where they call `pdl_trigger` (the decode GEMVs and routed experts, after their main loop). Every
+//! kernel launched here calls `pdl_wait()` before it touches memory another kernel writes (GEMVs prefetch their
+//! constant weights first), so results are the same bits with PDL on or off (every GPU test passes either way).
 //! Measured (H200, full-size `dsv4 bench`, 4K context, graph replay, ms per step at batch 1 / 8, same call,
 //! twelfth session): 7.15 / 15.37 without PDL, **6.81 / 14.61** with it; another call, batch 1 / 8 / 64:
 //! 7.11 / 15.13 / 45.4-45.6 without, 6.77 / 14.34 / 44.8-45.1 with. The earlier placement (every kernel
