@@ -3,6 +3,9 @@
 # .device-bin/main/ for the GPU machine, which has CUDA but no Rust. Run scripts/gpu-check.sh there.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# The H200 runs must use the nvcc fatbin (sm_90a wgmma kernels): without nvcc the build falls back to NVRTC
+# PTX, the prefill wgmma paths are skipped and the benchmarks measure the wrong kernels. So fail instead.
+export DSV4_REQUIRE_FATBIN=1
 out=.device-bin/main
 rm -rf "$out" && mkdir -p "$out"
 cargo build --release -p dsv4-engine
