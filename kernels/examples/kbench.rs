@@ -9,7 +9,7 @@ use std::error::Error;
 use dsv4_kernels::cudarc::driver::{sys, CudaSlice, DeviceRepr};
 use dsv4_kernels::{
     bf16, gemv_cnt_len, gemv_splits, gemv_ws_len, GemvOut, GemvParams, GemvPath, GemvScratch,
-    GemvWeights, Gpu, GpuContext, RingTune, GEMV_ROW_TILE,
+    GemvWeights, Gpu, GpuContext, RingTune, GEMV_GROUPS, GEMV_ROW_TILE,
 };
 
 #[path = "kbench_pf/fp4.rs"]
@@ -204,7 +204,7 @@ fn bench_model_gemv(
         let smax = cands.iter().map(|c| c.3).max().unwrap_or(1);
         let (wl, cl) = (
             gemv_ws_len(ns.len(), smax, b, nmax),
-            gemv_cnt_len(ns.len(), nmax),
+            gemv_cnt_len(GEMV_GROUPS, nmax),
         );
         let mut scr = GemvScratch::new(&g.stream, wl, cl)?;
         let mut p = GemvParams {

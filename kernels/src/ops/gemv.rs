@@ -11,6 +11,7 @@ use half::bf16;
 use std::sync::Arc;
 
 use super::gemv_ring::{ring_splits, ring_splits_ok, GemvPath, RING_ROWS_MIN};
+use super::gemv_tile::tiled_launch;
 use super::{grid, ptr, ptr_mut};
 use crate::context::{nt_index, GpuContext};
 use crate::error::{check, KernelError, Result};
@@ -130,8 +131,9 @@ pub struct GemvPlan {
     pub ring: RingTune,
 }
 
-/// Choices of one ring launch (tests and kbench; the engine launches the default). `mt` and `depth` leave the
-/// bits as they are; `mma_sync` selects the other kernel family where both run, whose bits differ.
+/// Choices of one launch (tests and kbench; the engine launches the default), the ring's but `tile_rows`.
+/// `mt`, `depth` and `tile_rows` leave the bits as they are; `mma_sync` selects the other kernel family where
+/// both run, whose bits differ.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingTune {
     /// 16-row tiles per warp of the mma.sync ring (1 or 2; 0 picks).
@@ -140,6 +142,9 @@ pub struct RingTune {
     pub mma_sync: bool,
     /// Ring stages of the wgmma kernels (0: the resolved default; 2 up to the deepest that fits).
     pub depth: usize,
+    /// Rows per batch tile, either family (gemv_tile.rs; the same bits): None the launcher's default,
+    /// Some(0) none.
+    pub tile_rows: Option<usize>,
 }
 
 impl GemvPlan {
@@ -147,9 +152,9 @@ impl GemvPlan {
     pub fn workspace_len(&self) -> usize {
         gemv_ws_len(1, self.splits, self.b, self.n)
     }
-    /// Split-K counters the launch needs.
+    /// Split-K counters the launch needs, batch tiles included (every group slot: gemv_tile.rs).
     pub fn counters_len(&self) -> usize {
-        gemv_cnt_len(1, self.n)
+        gemv_cnt_len(GEMV_GROUPS, self.n)
     }
 }
 
@@ -446,8 +451,24 @@ impl GpuContext {
                 && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
             || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
         )?;
+        // Batch tiles (gemv_tile.rs): the same bits, the counters checked for every (group, tile).
+        let cnt_room = if splits > 1 { cnt_len } else { usize::MAX };
+        let sms = self.info.sm_count as usize;
+        let tiled_p = tiled_launch(
+            p,
+            (groups, splits),
+            (l.path, l.ring.tile_rows),
+            sms,
+            cnt_room,
+        );
+        let (p, groups) = match &tiled_p {
+            Some((q, g)) => (q, *g),
+            None => (p, groups),
+        };
+        let b = p.b as usize;
         if l.path == GemvPath::Ring {
-            // SAFETY: caller's contract; shapes and splits checked above.
+            // SAFETY: caller's contract; shapes and splits checked above (a tile's x and outputs lie inside
+            // its group's, its workspace inside the launch's).
             return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.ring, p) };
         }
         let cfg = LaunchConfig {

@@ -10,6 +10,7 @@ pub mod fp4_expert;
 pub mod fp4_layout;
 pub mod gemv;
 pub mod gemv_ring;
+pub(crate) mod gemv_tile;
 pub mod gemv_wg;
 pub mod mhc;
 pub mod moe_route;

@@ -266,12 +266,15 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
             let mut ws = GemvScratch::new(&g.stream, plan64.workspace_len(), plan64.counters_len())
                 .expect("scratch");
             let mut base: Option<Vec<f32>> = None;
-            for &b in batches {
+            // Every batch alone (no batch tiles) and, where it divides into them, in tiles of 8 and 16 rows.
+            let runs = batches.iter().flat_map(|&b| [(b, 0), (b, 8), (b, 16)]);
+            for (b, tile_rows) in runs.filter(|&(b, t)| t == 0 || (b % t == 0 && b > t)) {
                 for &mt in mts {
                     let mut plan = g.gemv_plan_on(path, wt, b, n, k).expect("plan");
                     assert_eq!(plan.splits, plan64.splits, "the split must not depend on B");
                     plan.ring.mt = mt;
                     plan.ring.mma_sync = mma_sync;
+                    plan.ring.tile_rows = Some(tile_rows);
                     let mut y = upload(&g, &vec![f32::NAN; b * n]);
                     let out = GemvOut::f32(&mut y, &g.stream);
                     match wt {
@@ -286,7 +289,7 @@ fn gemv_rows_are_batch_invariant_within_a_family() {
                     let got = download(&g, &y);
                     let want = base.get_or_insert_with(|| got.clone());
                     let what = format!(
-                        "{path:?} (mma.sync {mma_sync}) {wt:?} n={n} k={k} b={b} mt={mt} vs B=64"
+                        "{path:?} (mma.sync {mma_sync}) {wt:?} n={n} k={k} b={b} mt={mt} tiles of {tile_rows} vs B=64"
                     );
                     assert_same_bits(&got, &want[..b * n], &what);
                 }

@@ -6,6 +6,7 @@ mod common;
 mod expert;
 mod expert_fixed;
 mod gemv;
+mod gemv_tile;
 mod mhc;
 mod moe_route;
 mod norm_quant;

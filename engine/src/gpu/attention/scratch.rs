@@ -7,7 +7,8 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::{SPARSE_HEADS_PER_BLOCK, SPLITS_MAX};
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{
-    gemv_cnt_len, gemv_splits_max, gemv_ws_len, GemvScratch, GemvWeights, GpuContext, GEMV_ROW_TILE,
+    gemv_cnt_len, gemv_splits_max, gemv_ws_len, GemvScratch, GemvWeights, GpuContext, GEMV_GROUPS,
+    GEMV_ROW_TILE,
 };
 
 /// Largest batch of `fp8_gemv`.
@@ -47,7 +48,8 @@ pub(crate) fn gemv_need(
     let splits = gemv_splits_max(sms, tiles, k, wt);
     (
         gemv_ws_len(ns.len(), splits, rows, nmax),
-        gemv_cnt_len(ns.len(), nmax),
+        // Every group slot: the launcher may cut the batch into tiles that run as further groups.
+        gemv_cnt_len(GEMV_GROUPS, nmax),
     )
 }
 
