@@ -143,6 +143,8 @@ struct Report {
     gpu: String,
     /// Programmatic dependent launch on (the default on sm_90+; `DSV4_PDL=0` turns it off).
     pdl: bool,
+    /// Where the kernels came from (see [`kernels_label`]).
+    kernels: &'static str,
     copy_gb_per_s: f64,
     expert_banks: usize,
     layers_sharing_a_bank: usize,
@@ -219,6 +221,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let mut report = Report {
         gpu: info.name,
         pdl: model.ctx.pdl,
+        kernels: kernels_label(&model.ctx),
         copy_gb_per_s: copy,
         expert_banks: bank_plan.banks,
         layers_sharing_a_bank: bank_plan.sharings(),
@@ -298,15 +301,26 @@ fn bench_point(
     Ok(out)
 }
 
+/// "fatbin" (nvcc at build time: every kernel, the sm_90a wgmma ones included) or "NVRTC" (compiled at start
+/// for the GPU present, without the sm_90a-only wgmma kernels: the prefill GEMMs and the ring GEMVs take their
+/// mma.sync kernels). Printed with every table: a build without nvcc measures other kernels.
+pub(crate) fn kernels_label(ctx: &GpuContext) -> &'static str {
+    match ctx.source {
+        dsv4_kernels::ModuleSource::Fatbin => "fatbin",
+        _ => "NVRTC",
+    }
+}
+
 fn print_report(r: &Report) {
     println!(
-        "\n{} | copy {:.0} GB/s | weights {:.1} GB | {} expert banks ({} layers share) | official numerics | PDL {}",
+        "\n{} | copy {:.0} GB/s | weights {:.1} GB | {} expert banks ({} layers share) | official numerics | PDL {} | kernels {}",
         r.gpu,
         r.copy_gb_per_s,
         r.weights_gb,
         r.expert_banks,
         r.layers_sharing_a_bank,
-        if r.pdl { "on" } else { "off" }
+        if r.pdl { "on" } else { "off" },
+        r.kernels
     );
     println!("| context | batch | graph | ms/step | tok/s | experts | weights GB | cache GB | GB/s | of copy |");
     println!("|---|---|---|---|---|---|---|---|---|---|");

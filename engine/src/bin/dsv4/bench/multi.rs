@@ -41,6 +41,8 @@ pub struct MultiReport {
     pub gpu: String,
     /// Programmatic dependent launch on (every rank's context decides it the same way).
     pub pdl: bool,
+    /// Where the kernels came from (super::kernels_label).
+    pub kernels: &'static str,
     pub collective: String,
     pub weights_gb_per_rank: Vec<f64>,
     pub graph_error: Option<String>,
@@ -234,6 +236,7 @@ fn time_with(
     let report = MultiReport {
         gpu: model.ranks[0].gpu.info.name.clone(),
         pdl: model.ranks[0].gpu.pdl,
+        kernels: super::kernels_label(&model.ranks[0].gpu),
         collective,
         weights_gb_per_rank: gb.to_vec(),
         graph_error,
@@ -332,8 +335,8 @@ fn collective_ms(model: &mut MultiModel, inp: &Inputs) -> anyhow::Result<(f64, u
 fn print_report(r: &MultiReport) {
     let pdl = if r.pdl { "on" } else { "off" };
     println!(
-        "\n{} | {} | official numerics | PDL {pdl}",
-        r.gpu, r.collective
+        "\n{} | {} | official numerics | PDL {pdl} | kernels {}",
+        r.gpu, r.collective, r.kernels
     );
     println!("| split | GPUs | context | batch | graph | ms/step | tok/s | collectives/step | collective ms/step (eager) |");
     println!("|---|---|---|---|---|---|---|---|---|");
