@@ -10,7 +10,8 @@ use cudarc::driver::{
 use half::bf16;
 use std::sync::Arc;
 
-use super::gemv_ring::{ring_splits, ring_splits_ok, GemvPath, RING_ROWS_MIN};
+pub use super::gemv_plan::{gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len};
+use super::gemv_ring::{ring_splits_ok, GemvPath, RING_ROWS_MIN};
 use super::gemv_tile::tiled_launch;
 use super::{grid, ptr, ptr_mut};
 use crate::context::{nt_index, GpuContext};
@@ -49,46 +50,6 @@ impl GemvWeights {
             GemvWeights::Bf16 => 64,
         }
     }
-}
-
-/// Split-K of a launch on `path` with `tiles` 32-row tiles in all (sum over groups) and inner dim `k`.
-/// Skinny: about two blocks per SM (from the device's SM count), every warp keeping at least one K step;
-/// but no split when the row tiles alone give at least half a block per SM and each warp would keep at most
-/// 4 K steps (kbench split sweep, BENCH_NOTES 2026-11-30: wo_a 15.0 -> 13.5 us and shared w2 7.9 -> 7.2 us
-/// at batch 1; there the second pass and its counters cost more than the extra blocks bring).
-/// Ring: see gemv_ring.rs. Independent of the batch size within a family.
-pub fn gemv_splits(sms: usize, tiles: usize, k: usize, wt: GemvWeights, path: GemvPath) -> usize {
-    let ksteps = k.div_ceil(wt.k_step());
-    match path {
-        GemvPath::Skinny if 2 * tiles >= sms && ksteps <= 4 * 8 => 1,
-        GemvPath::Skinny => (2 * sms)
-            .div_ceil(tiles.max(1))
-            .clamp(1, ksteps.div_ceil(8).max(1)),
-        GemvPath::Ring => ring_splits(sms, tiles, k, wt),
-    }
-}
-
-/// The most splits either family plans for this shape (for sizing a scratch that serves every batch).
-pub fn gemv_splits_max(sms: usize, tiles: usize, k: usize, wt: GemvWeights) -> usize {
-    [GemvPath::Skinny, GemvPath::Ring]
-        .into_iter()
-        .map(|p| gemv_splits(sms, tiles, k, wt, p))
-        .max()
-        .unwrap_or(1)
-}
-
-/// f32 workspace of a launch (0 without split).
-pub fn gemv_ws_len(groups: usize, splits: usize, b: usize, nmax: usize) -> usize {
-    if splits > 1 {
-        groups * splits * b * nmax
-    } else {
-        0
-    }
-}
-
-/// Split-K arrival counters of a launch (zeroed once; the kernel resets what it uses).
-pub fn gemv_cnt_len(groups: usize, nmax: usize) -> usize {
-    groups * nmax.div_ceil(GEMV_ROW_TILE)
 }
 
 /// Output buffer of a GEMV-like kernel: f32 or bf16, row-major. Holds the mutable borrow of the buffer.

@@ -7,6 +7,7 @@
 //! count stays the one planned for the whole launch. What changes is the work of one block: at 64 rows a
 //! small-N launch is a few blocks that each stage and multiply all 64 rows of x (the MoE gate: 64 blocks),
 //! and its tiles re-read the same weights from L2 instead.
+use super::env_usize;
 use super::gemv::{gemv_cnt_len, GemvParams, GEMV_GROUPS, GEMV_ROW_TILE};
 use super::gemv_ring::GemvPath;
 
@@ -19,7 +20,7 @@ const ENV: &str = "DSV4_GEMV_BATCH_TILE";
 
 fn env_tile_rows() -> Option<usize> {
     static V: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var(ENV).ok().and_then(|v| v.parse().ok()))
+    *V.get_or_init(|| env_usize(ENV))
 }
 
 /// The launch a tiling decision looks at.

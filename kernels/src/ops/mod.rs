@@ -9,6 +9,7 @@ pub mod bf16_expert;
 pub mod fp4_expert;
 pub mod fp4_layout;
 pub mod gemv;
+pub(crate) mod gemv_plan;
 pub mod gemv_ring;
 pub(crate) mod gemv_tile;
 pub mod gemv_wg;
