@@ -92,9 +92,9 @@ pub struct GemvPlan {
     pub ring: RingTune,
 }
 
-/// Choices of one launch (tests and kbench; the engine launches the default), the ring's but `tile_rows`.
-/// `mt`, `depth` and `tile_rows` leave the bits as they are; `mma_sync` selects the other kernel family where
-/// both run, whose bits differ.
+/// Choices of one launch (tests and kbench; the engine launches the default): `mt`, `mma_sync` and `depth`
+/// for the ring, `tile_rows` for either family. `mt`, `depth` and `tile_rows` leave the bits as they are;
+/// `mma_sync` selects the other kernel family where both run, whose bits differ.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingTune {
     /// 16-row tiles per warp of the mma.sync ring (1 or 2; 0 picks).
