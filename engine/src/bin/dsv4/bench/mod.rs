@@ -307,7 +307,7 @@ fn bench_point(
 pub(crate) fn kernels_label(ctx: &GpuContext) -> &'static str {
     match ctx.source {
         dsv4_kernels::ModuleSource::Fatbin => "fatbin",
-        _ => "NVRTC",
+        dsv4_kernels::ModuleSource::Nvrtc { .. } => "NVRTC",
     }
 }
 
