@@ -27,13 +27,17 @@
 //   merge: 16.5 + 10.8 us (B64 CSA: 145 + 13 us). v3 (this, same bits): Q and the key tiles staged by cp.async
 //   with every copy issued before the first wait (v2 loaded and stored one 16-byte chunk per loop trip: a chain
 //   of round trips per tile), the 4 heads' softmax reductions of a warp interleaved, the merge's split loads 8
-//   at a time up to the last non-empty split (v2: one load in flight per thread).
+//   at a time up to the last non-empty split (v2: one load in flight per thread). v4 (same bits): Q.K fragments
+//   by ldmatrix (ncu, one step of the full-size model: batch 64 52.8 -> 51.8 us, batch 1 10.0 -> 9.9 us), then
+//   the next tile's key lookups (the CSA selection) while the current tile's copies are in flight.
 #include "common.cuh"
 
 #define SP_HEADS 16
 #define SP_TILE 32
 #define SP_LDS 36  // row stride (floats) of the score / probability tile
-#define SP_MERGE_U 8  // split loads in flight per merge thread
+#define SP_MERGE_U 8   // split loads in flight per merge thread
+#define SP_MERGE_PF 2  // of which the first round loads before the weights (more: registers cost blocks per SM)
+#define SP_MERGE_ROPE 256  // rope pairs the merge keeps angles for (rdim <= dim <= 512)
 
 struct AttnSparse {
     const u16* q;      // [rows, heads, dim]
@@ -64,6 +68,12 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // f32 minus its bf16 rounding (the "lo" part of a hi/lo split; exact in f32).
 __device__ __forceinline__ float bf16_rest(float v) { return v - bf16_to_f32(f32_to_bf16(v)); }
 
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -76,20 +86,34 @@ __device__ __forceinline__ u32 sp_smem_addr(const void* p) {
     return a;
 }
 
-// Stages keys [t0, t0 + nt) of the row as bf16 rows of ld words (zeros past nt) with cp.async: threads 0-31 look
-// up the tile's key rows (the CSA selection) into kp, then every copy is issued before any is waited for. v2
-// loaded and stored one 16-byte chunk per loop trip (a selection load and a key load in series per trip: at
-// batch 1 each block's single tile was ~16 dependent round trips). Caller: barrier before (ks and kp free),
-// cp_async_wait<0>() and a barrier after.
-__device__ __forceinline__ void sp_load_tile(const AttnSparse& p, u32 ks_addr, int ld, int row, int slot, int nwin,
-                                             int t0, int nt, const u16** kp) {
+// The key rows of tile [t0, t0 + nt) into kp (threads 0-31, the CSA selection read here; the ring's base past nt).
+// The kernel looks up tile i + 1 while tile i's copies are in flight (kp double-buffered), so the selection's
+// round trip is off the per-tile chain (v3 looked each tile up after the previous tile's P V, then a barrier).
+__device__ __forceinline__ void sp_key_rows(const AttnSparse& p, int row, int slot, int nwin, int t0, int nt,
+                                            const u16** kp) {
     if (threadIdx.x < SP_TILE)
         kp[threadIdx.x] = (int)threadIdx.x < nt ? attn_key_ptr(p, row, slot, nwin, t0 + threadIdx.x) : p.ring;
-    __syncthreads();
+}
+
+// Stages the tile's keys (rows kp, zeros past nt) as bf16 rows of ld words with cp.async, every copy issued before
+// any is waited for. v2 loaded and stored one 16-byte chunk per loop trip (a selection load and a key load in
+// series per trip: at batch 1 each block's single tile was ~16 dependent round trips). Caller: barrier before (ks
+// free, kp written), cp_async_wait<0>() and a barrier after.
+__device__ __forceinline__ void sp_issue_tile(const AttnSparse& p, u32 ks_addr, int ld, int nt,
+                                              const u16* const* kp) {
+    // Copy i = threadIdx.x + blockDim.x n is chunk c = i % per_key of key j = i / per_key, stepped without a
+    // division per copy (ncu at batch 64: the division's integer work was the loop's largest instruction share).
     const int per_key = p.dim >> 3;  // 16-byte chunks per key
-    for (int i = threadIdx.x; i < SP_TILE * per_key; i += blockDim.x) {
-        const int j = i / per_key, c = i - j * per_key;
+    const int dj = blockDim.x / per_key, dc = blockDim.x - dj * per_key;
+    int j = threadIdx.x / per_key, c = threadIdx.x - j * per_key;
+    while (j < SP_TILE) {
         cp_async16(ks_addr + (u32)(j * ld + c * 4) * 4u, kp[j] + c * 8, j < nt ? 16u : 0u);
+        j += dj;
+        c += dc;
+        if (c >= per_key) {
+            c -= per_key;
+            ++j;
+        }
     }
     cp_async_commit();
 }
@@ -107,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     float* m_s = sp + SP_HEADS * SP_LDS;            // [16] running max
     float* l_s = m_s + SP_HEADS;                    // [16] running sum
     float* c_s = l_s + SP_HEADS;                    // [16] this tile's rescale of O
-    __shared__ const u16* kp[SP_TILE];              // the current tile's key rows
+    __shared__ const u16* kp[2][SP_TILE];           // key rows of the current and the next tile
     const int h0 = hg * SP_HEADS;
     const int per_head = p.dim >> 3;
     const u32 qs_addr = sp_smem_addr(qs), ks_addr = sp_smem_addr(ks);
@@ -141,19 +165,30 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
 #pragma unroll
     for (int j = 0; j < 16; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
-    for (int t0 = k0; t0 < k1; t0 += SP_TILE) {
+    if (k0 < k1) sp_key_rows(p, row, slot, nwin, k0, min(SP_TILE, k1 - k0), kp[0]);
+    int cur = 0;
+    for (int t0 = k0; t0 < k1; t0 += SP_TILE, cur ^= 1) {
         const int nt = min(SP_TILE, k1 - t0);
-        __syncthreads();  // the previous tile's keys and probabilities are consumed
-        sp_load_tile(p, ks_addr, ld, row, slot, nwin, t0, nt, kp);
+        __syncthreads();  // the previous tile's keys and probabilities are consumed; kp[cur] is written
+        sp_issue_tile(p, ks_addr, ld, nt, kp[cur]);
+        if (t0 + SP_TILE < k1)  // the next tile's lookups, while this tile's copies are in flight
+            sp_key_rows(p, row, slot, nwin, t0 + SP_TILE, min(SP_TILE, k1 - t0 - SP_TILE), kp[cur ^ 1]);
         cp_async_wait<0>();  // this thread's key (and, first time, Q) copies
         __syncthreads();
         // S = Q K^T for keys 8w..8w+7 of the tile.
+        // Fragments by ldmatrix (the same words as one 32-bit load per register: 1.5 instructions per MMA
+        // instead of 6). A: lane l gives head row l % 16 at k + 8 (l / 16); B, two k16 steps at once: lane l
+        // gives key row 8w + l % 8 at k + 8 (l / 8).
         float c[4] = {0.f, 0.f, 0.f, 0.f};
-        const u32* qa = qs + g * ld + t;
-        const u32* kb = ks + (8 * warp + g) * ld + t;
-        for (int kk = 0; kk < p.dim / 16; ++kk) {
-            mma_bf16_16816(c, qa[kk * 8], qa[8 * ld + kk * 8], qa[kk * 8 + 4], qa[8 * ld + kk * 8 + 4],
-                           kb[kk * 8], kb[kk * 8 + 4]);
+        const u32 qa = qs_addr + (u32)((lane & 15) * ld + (lane >> 4) * 4) * 4u;
+        const u32 kb = ks_addr + (u32)((8 * warp + (lane & 7)) * ld + (lane >> 3) * 4) * 4u;
+        for (int kk = 0; kk < p.dim / 16; kk += 2) {
+            u32 a0[4], a1[4], b[4];
+            ldmatrix_x4(qa + (u32)kk * 32u, a0[0], a0[1], a0[2], a0[3]);
+            ldmatrix_x4(qa + (u32)kk * 32u + 32u, a1[0], a1[1], a1[2], a1[3]);
+            ldmatrix_x4(kb + (u32)kk * 32u, b[0], b[1], b[2], b[3]);
+            mma_bf16_16816(c, a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
+            mma_bf16_16816(c, a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
         }
         {
             const int key = 8 * warp + 2 * t;
@@ -268,14 +303,57 @@ struct AttnMerge {
     int splits, heads, dim, rdim, groups, rows;
 };
 
+// Splits s0 + u (from, u < U, s0 + u < n) of the 4 channels at c into x[u], all in flight at once (volatile loads:
+// the compiler keeps them ahead of the adds).
+template <int U>
+__device__ __forceinline__ void sp_merge_load(const float* po, u64 sstride, int c, int s0, int n, float4 (&x)[U],
+                                              int from) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        if (u >= from && s0 + u < n) {
+            const uint4 r = ldg_keep(po + (u64)(s0 + u) * sstride + c);
+            x[u] = make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z),
+                               __uint_as_float(r.w));
+        }
+    }
+}
+
+// attn_rope_smem's rotation of one pair with its operations pinned: the products and fused multiply-adds nvcc made
+// of `a * cs - b * sn` and `a * sn + b * cs` there (sm_90a SASS of attn_sparse_merge v3), so the same bits.
+__device__ __forceinline__ void sp_rope_pair(float& a, float& b, float cs, float sn) {
+    const float na = __fmaf_rn(a, cs, -__fmul_rn(b, sn)), nb = __fmaf_rn(a, sn, __fmul_rn(b, cs));
+    a = na;
+    b = nb;
+}
+
+// One block per (head, row); thread t merges channels 4t..4t+3 (dim <= 512 = 4 x 128, checked by the launcher) and
+// stores them itself: its rope pairs (inverse, at the row's position) are rotated in registers with angles taken
+// before the weights' barrier. v3 staged the row in shared memory for a rope pass by one warp between two more
+// barriers; the same operations, so the same bits.
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p) {
-    __shared__ __align__(16) float v[512];
     __shared__ float wgt[64];
+    __shared__ float rsn[SP_MERGE_ROPE], rcs[SP_MERGE_ROPE];  // sin(-theta), cos(theta) of the rope pairs
     __shared__ float inv_den;
     __shared__ int nsplit;  // 1 + the last split of nonzero weight
     pdl_wait();
     const int h = blockIdx.x, row = blockIdx.y, lane = threadIdx.x & 31;
     const float* ml = p.part_ml + ((u64)row * p.splits * p.heads + h) * 2;
+    // The first round of split outputs is loaded with the weights' inputs instead of after them (one round trip
+    // less per block): splits past the last non-empty one read stale values, which get weight 0 and are skipped.
+    const float* po = p.part_o + ((u64)row * p.splits * p.heads + h) * p.dim;
+    const u64 sstride = (u64)p.heads * p.dim;
+    const int c = threadIdx.x * 4;
+    const bool live = c < p.dim;
+    float4 x0[SP_MERGE_PF];
+    if (live) sp_merge_load(po, sstride, c, 0, min(p.splits, SP_MERGE_PF), x0, 0);
+    // The rope angles (they depend on the position only), one pair per thread of warps 1.. (idle until the
+    // weights are known), as attn_rope_smem computes them.
+    const int start = p.dim - p.rdim;  // even: a rope pair never straddles two threads
+    for (int i = (int)threadIdx.x - 32; i >= 0 && i < p.rdim / 2; i += blockDim.x - 32) {
+        const double theta = (double)p.positions[row] * (double)p.freqs[i];
+        rsn[i] = (float)sin(-theta);
+        rcs[i] = (float)cos(theta);
+    }
     if (threadIdx.x < 32) {
         // lane s (and s + 32) weighs split s: M = max(sink, m_s), den = exp(sink - M) + sum l_s exp(m_s - M).
         const float sink = p.sink[h];
@@ -300,41 +378,37 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p)
         }
     }
     __syncthreads();
+    if (!live) return;
     const int ns = nsplit;
-    const float* po = p.part_o + ((u64)row * p.splits * p.heads + h) * p.dim;
-    for (int c = threadIdx.x * 4; c < p.dim; c += blockDim.x * 4) {
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        // SP_MERGE_U splits' loads in flight at a time (v2 waited for each split's load before the next), up to
-        // the last split of nonzero weight (empty splits, which hold no output, are a suffix) and still added in
-        // split order, skipping weight 0. Volatile loads: the compiler keeps them ahead of the adds.
-        for (int s0 = 0; s0 < ns; s0 += SP_MERGE_U) {
-            float4 x[SP_MERGE_U];
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    // SP_MERGE_U splits' loads in flight at a time (v2 waited for each split's load before the next), up to the last
+    // split of nonzero weight (empty splits, which hold no output, are a suffix) and still added in split order,
+    // skipping weight 0. The first round's first SP_MERGE_PF were loaded before the weights.
+    for (int s0 = 0; s0 < ns; s0 += SP_MERGE_U) {
+        float4 x[SP_MERGE_U];
+        sp_merge_load(po, sstride, c, s0, ns, x, s0 == 0 ? SP_MERGE_PF : 0);
+        if (s0 == 0) {
 #pragma unroll
-            for (int u = 0; u < SP_MERGE_U; ++u) {
-                if (s0 + u < ns) {
-                    const uint4 r = ldg_keep(po + (u64)(s0 + u) * p.heads * p.dim + c);
-                    x[u] = make_float4(__uint_as_float(r.x), __uint_as_float(r.y), __uint_as_float(r.z),
-                                       __uint_as_float(r.w));
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < SP_MERGE_U; ++u) {
-                const float w = s0 + u < ns ? wgt[s0 + u] : 0.f;
-                if (w == 0.f) continue;
-                o.x += w * x[u].x;
-                o.y += w * x[u].y;
-                o.z += w * x[u].z;
-                o.w += w * x[u].w;
-            }
+            for (int u = 0; u < SP_MERGE_PF; ++u) x[u] = x0[u];
         }
-        const float id = inv_den;
-        *(float4*)(v + c) = make_float4(o.x * id, o.y * id, o.z * id, o.w * id);
+#pragma unroll
+        for (int u = 0; u < SP_MERGE_U; ++u) {
+            const float w = s0 + u < ns ? wgt[s0 + u] : 0.f;
+            if (w == 0.f) continue;
+            o.x += w * x[u].x;
+            o.y += w * x[u].y;
+            o.z += w * x[u].z;
+            o.w += w * x[u].w;
+        }
     }
-    __syncthreads();
-    attn_rope_smem(v, p.dim, p.rdim, p.freqs, p.positions[row], 1);
-    __syncthreads();
+    const float id = inv_den;
+    float v[4] = {o.x * id, o.y * id, o.z * id, o.w * id};
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const int i = (c + 2 * q - start) / 2;
+        if (c + 2 * q >= start) sp_rope_pair(v[2 * q], v[2 * q + 1], rcs[i], rsn[i]);
+    }
     const int hpg = p.heads / p.groups, g = h / hpg;
-    u16* dst = p.out + ((u64)g * p.rows + row) * ((u64)hpg * p.dim) + (u64)(h % hpg) * p.dim;
-    for (int c = threadIdx.x * 2; c < p.dim; c += blockDim.x * 2)
-        *(u32*)(dst + c) = pack_bf16x2(v[c], v[c + 1]);
+    u16* dst = p.out + ((u64)g * p.rows + row) * ((u64)hpg * p.dim) + (u64)(h % hpg) * p.dim + c;
+    *(uint2*)dst = make_uint2(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]));
 }

@@ -142,6 +142,65 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// Warp sums of I values at once, each with warp_sum's bits, in about I shuffles instead of 5 I (recursive
+// halving over warp_sum's masks 16, 8, ...: at mask o the lane whose bit o is set keeps the upper half of its
+// values and sends the lower half to lane ^ o, which keeps the lower half; each kept value becomes own + partner's,
+// exactly warp_sum's step, so every value gets warp_sum's tree). Values are padded to P = the next power of two;
+// once one is left the remaining masks are warp_sum's plain steps. The lane then holds the full sum of value
+// warp_sums_index<I>(lane) (padding for indices >= I); the lanes with warp_sums_leader<I> hold each index once.
+template <int I>
+struct WarpSums {
+    static constexpr int P = I <= 1 ? 1 : I <= 2 ? 2 : I <= 4 ? 4 : I <= 8 ? 8 : I <= 16 ? 16 : 32;
+    static_assert(I >= 1 && I <= 32, "1..32 values");
+};
+
+// One halving step at mask 16 >> S over the first 2 H values of a (H >= 1), or warp_sum's plain step (H == 0).
+// A template per step so that every index is a compile-time constant (a loop left a[] in local memory).
+template <int S, int H, int P>
+__device__ __forceinline__ void warp_sums_step(float (&a)[P], int lane) {
+    constexpr int o = 16 >> S;
+    if constexpr (H >= 1) {
+        const bool up = (lane & o) != 0;
+#pragma unroll
+        for (int j = 0; j < H; ++j) {
+            const float send = up ? a[j] : a[j + H], keep = up ? a[j + H] : a[j];
+            a[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    } else {
+        a[0] += __shfl_xor_sync(0xffffffffu, a[0], o);
+    }
+}
+
+template <int I>
+__device__ __forceinline__ float warp_sums_scatter(const float (&v)[I]) {
+    constexpr int P = WarpSums<I>::P;
+    const int lane = threadIdx.x & 31;
+    float a[P];
+#pragma unroll
+    for (int i = 0; i < P; ++i) a[i] = i < I ? v[i] : 0.f;
+    warp_sums_step<0, P / 2>(a, lane);
+    warp_sums_step<1, P / 4>(a, lane);
+    warp_sums_step<2, P / 8>(a, lane);
+    warp_sums_step<3, P / 16>(a, lane);
+    warp_sums_step<4, P / 32>(a, lane);
+    return a[0];
+}
+
+template <int I>
+__device__ __forceinline__ int warp_sums_index(int lane) {
+    constexpr int P = WarpSums<I>::P;
+    int idx = 0;
+#pragma unroll
+    for (int s = 0; s < 5; ++s)
+        if ((P >> (s + 1)) >= 1 && (lane & (16 >> s)) != 0) idx += P >> (s + 1);
+    return idx;
+}
+
+template <int I>
+__device__ __forceinline__ bool warp_sums_leader(int lane) {
+    return (lane & (32 / WarpSums<I>::P - 1)) == 0;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));

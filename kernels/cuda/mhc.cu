@@ -176,20 +176,18 @@ __device__ __forceinline__ float mhc_sq4(const float* x) {
 }
 
 // The row's sums at the lane's 4 values: its I mixes' dots (the one past M: the sum of squares), reduced
-// over the warp and stored by lane 0 to out[mg + MG i] (<= M).
+// over the warp and stored to out[mg + MG i] (<= M). The I warp sums share their shuffles (warp_sums_scatter:
+// warp_sum's bits, 31 shuffles instead of 125 at I = 25) and land one per lane, so the stores are one coalesced
+// instruction instead of 25 by lane 0.
 template <int M, int MG, int I>
 __device__ __forceinline__ void mhc_row_sums(const float4 (&f)[I], const float (&xv)[4], int mg, int lane,
                                              float* out) {
     float acc[I];
 #pragma unroll
     for (int i = 0; i < I; ++i) acc[i] = mg + MG * i == M ? mhc_sq4(xv) : mhc_dot4(f[i], xv);
-#pragma unroll
-    for (int i = 0; i < I; ++i) acc[i] = warp_sum(acc[i]);
-    if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < I; ++i)
-            if (mg + MG * i <= M) out[mg + MG * i] = acc[i];
-    }
+    const float r = warp_sums_scatter<I>(acc);
+    const int i = warp_sums_index<I>(lane);
+    if (warp_sums_leader<I>(lane) && i < I && mg + MG * i <= M) out[mg + MG * i] = r;
 }
 
 // Partial mixer dots of one 128-column chunk of the flat stream vector (lane: 4 columns, float4 loads of fn).

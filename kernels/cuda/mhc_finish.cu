@@ -112,12 +112,10 @@ __device__ __forceinline__ void mhc_partial_sums(const float* __restrict__ ws, i
             for (int u = 0; u < MHC_SUM_U; ++u)
                 if (warp + MHC_FIN_WARPS * i <= M && ch0 + 32 * u < chunks) s[i] += v[i][u];
     }
-#pragma unroll
-    for (int i = 0; i < MW; ++i) {
-        const int m = warp + MHC_FIN_WARPS * i;
-        const float t = warp_sum(s[i]);
-        if (lane == 0 && m <= M) sred[m] = t;
-    }
+    // The MW warp sums share their shuffles (warp_sums_scatter: warp_sum's bits).
+    const float t = warp_sums_scatter<MW>(s);
+    const int m = warp + MHC_FIN_WARPS * warp_sums_index<MW>(lane);
+    if (warp_sums_leader<MW>(lane) && m <= M) sred[m] = t;
 }
 
 // post and comb (Sinkhorn) of a block mixer into mix[row] (one warp).

@@ -255,9 +255,17 @@ impl GpuContext {
     /// # Safety
     /// Addresses as documented in attn_sparse.cu for `p.rows` rows.
     pub unsafe fn launch_attn_sparse_merge(&self, s: &CudaStream, p: &AttnMerge) -> Result<()> {
-        check(NAME, p.dim > 0 && p.dim as usize <= VEC_MAX, || {
-            format!("merge dim {}", p.dim)
-        })?;
+        // One thread per 4 channels (8-byte stores), rope pairs inside a thread's 4: dim % 4 == 0, rdim even.
+        check(
+            NAME,
+            p.dim > 0 && p.dim % 4 == 0 && p.dim as usize <= VEC_MAX,
+            || format!("merge dim {}", p.dim),
+        )?;
+        check(
+            NAME,
+            p.rdim >= 0 && p.rdim % 2 == 0 && p.rdim <= p.dim,
+            || format!("merge rope dim {} of {}", p.rdim, p.dim),
+        )?;
         check(
             NAME,
             p.splits > 0 && p.splits as usize <= SPLITS_MAX,
