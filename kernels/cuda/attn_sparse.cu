@@ -20,16 +20,22 @@
 //   o = sum_s o_s exp(m_s - M) / den; inverse RoPE at pos on the last rdim channels; bf16 store in group-major
 //   layout out[g, row, (h mod hpg)*dim + c] (g = h / hpg, hpg = heads / groups), ready for the per-group wo_a.
 //   Launch: grid (heads, rows), block 128: warp 0 weighs the splits (lane = split), every thread merges
-//   4 channels with 16-byte loads, skipping empty splits.
+//   4 channels with 16-byte loads, skipping empty splits, rotates its rope pairs and stores its 4 channels.
+//   dim % 4 == 0, dim <= 512, rdim even.
 // Variants (H200, engine/tests/gpu_attention_bench.rs: eager step with events, B1 CSA pos 4095, each incl.
 //   ~5 us launch gap): v1 CUDA-core partial (lane = key for Q.K, lane = channel pair for P.V, f32) 33 us +
 //   merge with a serial weight loop in one thread 31 us. v2: tensor cores, 4-warp blocks, parallel
 //   merge: 16.5 + 10.8 us (B64 CSA: 145 + 13 us). v3 (this, same bits): Q and the key tiles staged by cp.async
 //   with every copy issued before the first wait (v2 loaded and stored one 16-byte chunk per loop trip: a chain
 //   of round trips per tile), the 4 heads' softmax reductions of a warp interleaved, the merge's split loads 8
-//   at a time up to the last non-empty split (v2: one load in flight per thread). v4 (same bits): Q.K fragments
-//   by ldmatrix (ncu, one step of the full-size model: batch 64 52.8 -> 51.8 us, batch 1 10.0 -> 9.9 us), then
-//   the next tile's key lookups (the CSA selection) while the current tile's copies are in flight.
+//   at a time up to the last non-empty split (v2: one load in flight per thread). v4 (same operations, sixteenth
+//   session; ncu durations in one step of the full-size model, batch 64 / batch 1): Q.K fragments by ldmatrix,
+//   the next tile's key lookups (the CSA selection) while the current tile's copies are in flight, the copy
+//   loop without an integer division per copy (ncu at batch 64: the largest instruction share of the partial
+//   kernel): partial 52.9 -> 47.1 us / 10.0 -> 9.5 us. Merge: the first split loads issued with the weights'
+//   loads, the rope angles taken by idle warps before the weights' barrier and the rotation in registers (v3:
+//   the row staged in shared memory, a rope pass by one warp between two more barriers): 18.7 -> 14.5 us /
+//   4.8 -> 4.4 us.
 #include "common.cuh"
 
 #define SP_HEADS 16
