@@ -74,24 +74,6 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
 // f32 minus its bf16 rounding (the "lo" part of a hi/lo split; exact in f32).
 __device__ __forceinline__ float bf16_rest(float v) { return v - bf16_to_f32(f32_to_bf16(v)); }
 
-__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ u32 sp_smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
 // The key rows of tile [t0, t0 + nt) into kp (threads 0-31, the CSA selection read here; the ring's base past nt).
 // The kernel looks up tile i + 1 while tile i's copies are in flight (kp double-buffered), so the selection's
 // round trip is off the per-tile chain (v3 looked each tile up after the previous tile's P V, then a barrier).
@@ -140,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     __shared__ const u16* kp[2][SP_TILE];           // key rows of the current and the next tile
     const int h0 = hg * SP_HEADS;
     const int per_head = p.dim >> 3;
-    const u32 qs_addr = sp_smem_addr(qs), ks_addr = sp_smem_addr(ks);
+    const u32 qs_addr = smem_u32(qs), ks_addr = smem_u32(ks);
     const int pos = p.positions[row], slot = p.slots[row];
     const int nwin = min(pos + 1, p.window);
     int ncomp = 0;
@@ -190,9 +172,9 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
         const u32 kb = ks_addr + (u32)((8 * warp + (lane & 7)) * ld + (lane >> 3) * 4) * 4u;
         for (int kk = 0; kk < p.dim / 16; kk += 2) {
             u32 a0[4], a1[4], b[4];
-            ldmatrix_x4(qa + (u32)kk * 32u, a0[0], a0[1], a0[2], a0[3]);
-            ldmatrix_x4(qa + (u32)kk * 32u + 32u, a1[0], a1[1], a1[2], a1[3]);
-            ldmatrix_x4(kb + (u32)kk * 32u, b[0], b[1], b[2], b[3]);
+            ldsm_x4(qa + (u32)kk * 32u, a0[0], a0[1], a0[2], a0[3]);
+            ldsm_x4(qa + (u32)kk * 32u + 32u, a1[0], a1[1], a1[2], a1[3]);
+            ldsm_x4(kb + (u32)kk * 32u, b[0], b[1], b[2], b[3]);
             mma_bf16_16816(c, a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
             mma_bf16_16816(c, a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
         }
@@ -273,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
             for (int jj = 0; jj < 8; ++jj) {
                 if (2 * jj >= ntd) break;
                 u32 b0, b1, b2, b3;
-                ldmatrix_x4_trans(rowaddr + (u32)(jj * 32), b0, b1, b2, b3);
+                ldsm_x4_t(rowaddr + (u32)(jj * 32), b0, b1, b2, b3);
                 mma_bf16_16816(acc[2 * jj], ah[0], ah[1], ah[2], ah[3], b0, b1);
                 mma_bf16_16816(acc[2 * jj], al[0], al[1], al[2], al[3], b0, b1);
                 mma_bf16_16816(acc[2 * jj + 1], ah[0], ah[1], ah[2], ah[3], b2, b3);

@@ -241,6 +241,20 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
     return a;
 }
 
+// Four 8x8 b16 matrices from shared memory (ldmatrix, sm_75+); lane l supplies the row address of matrix l / 8.
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+// The same, each matrix transposed (a B operand from a [k][n] row-major tile).
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
 // 16-byte global -> shared copy that skips L1; `bytes` < 16 zero-fills the rest (0: no read at all).
 __device__ __forceinline__ void cp_async16(u32 dst, const void* src, u32 bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");

@@ -15,39 +15,25 @@ __device__ __forceinline__ void pf_cp16(u32 dst, const void* src, bool valid) {
     cp_async16(dst, src, valid ? 16u : 0u);
 }
 
-// Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
-__device__ __forceinline__ void pf_ldsm4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-// The same, each matrix transposed (B operand from a [k][n] row-major tile).
-__device__ __forceinline__ void pf_ldsm4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
 // A fragment (16 rows x 16 k) of a row-major bf16 tile with row stride `ld` elements, at (row0, k0).
 __device__ __forceinline__ void pf_frag_a(const u16* tile, int ld, int row0, int k0, u32 (&a)[4]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (row0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
-    pf_ldsm4(smem_u32(p), a[0], a[1], a[2], a[3]);
+    ldsm_x4(smem_u32(p), a[0], a[1], a[2], a[3]);
 }
 
 // B fragments of two n8 tiles (n0..n0+15) x 16 k from a [n][k] tile: b[0] for n0.., b[1] for n0+8...
 __device__ __forceinline__ void pf_frag_b(const u16* tile, int ld, int n0, int k0, u32 (&b0)[2], u32 (&b1)[2]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (n0 + (lane & 7) + (lane >> 4) * 8) * ld + k0 + ((lane >> 3) & 1) * 8;
-    pf_ldsm4(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
+    ldsm_x4(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
 }
 
 // B fragments of two n8 tiles (n0..n0+15) x 16 k from a [k][n] row-major tile (transposed loads).
 __device__ __forceinline__ void pf_frag_bt(const u16* tile, int ld, int k0, int n0, u32 (&b0)[2], u32 (&b1)[2]) {
     const int lane = threadIdx.x & 31;
     const u16* p = tile + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    pf_ldsm4_t(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
+    ldsm_x4_t(smem_u32(p), b0[0], b0[1], b1[0], b1[1]);
 }
 
 __device__ __forceinline__ void pf_mma(float* c, const u32 (&a)[4], const u32 (&b)[2]) {
