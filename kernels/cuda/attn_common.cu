@@ -104,13 +104,21 @@ __device__ __forceinline__ void attn_rms_smem(float* v, int n, const float* w, f
     __syncthreads();
 }
 
+// sin and cos of the RoPE angle pos * freq, in double precision (the reference's), rounded to f32; inverse: the
+// sine of the negated angle (rotate back). Every decode RoPE takes its angles here.
+__device__ __forceinline__ void attn_rope_angle(long long pos, float freq, int inverse, float& sn, float& cs) {
+    const double theta = (double)pos * (double)freq;
+    sn = (float)sin(inverse ? -theta : theta);
+    cs = (float)cos(theta);
+}
+
 // RoPE of the last rdim channels of v[0, dim) to position pos (inverse: rotate back). Caller syncs after.
 __device__ __forceinline__ void attn_rope_smem(float* v, int dim, int rdim, const float* freqs, long long pos,
                                                int inverse) {
     const int start = dim - rdim;
     for (int i = threadIdx.x; i < rdim / 2; i += blockDim.x) {
-        const double theta = (double)pos * (double)freqs[i];
-        const float sn = (float)sin(inverse ? -theta : theta), cs = (float)cos(theta);
+        float sn, cs;
+        attn_rope_angle(pos, freqs[i], inverse, sn, cs);
         const float a = v[start + 2 * i], b = v[start + 2 * i + 1];
         v[start + 2 * i] = a * cs - b * sn;
         v[start + 2 * i + 1] = a * sn + b * cs;

@@ -327,9 +327,7 @@ __device__ __forceinline__ void vp_block(const AttnVecPrep& p, int nvec, int v0)
     const int pos = p.positions[row];
     const int slot = p.window > 0 ? p.slots[row] : 0;
     for (int i = threadIdx.x; i < p.rdim / 2; i += blockDim.x) {
-        const double theta = (double)pos * (double)p.freqs[i];
-        trig.sn[i] = (float)sin(theta);
-        trig.cs[i] = (float)cos(theta);
+        attn_rope_angle(pos, p.freqs[i], 0, trig.sn[i], trig.cs[i]);
     }
     __syncthreads();
     if (live) vp_finish(p, trig, tmp[warp], x, w, vec, nvec, row, pos, slot);

@@ -43,8 +43,8 @@ __device__ __forceinline__ void vps_one(const AttnVecPrep p, int vec, int nvec, 
     // attn_rope_smem, the first pair per thread from the preloaded frequency.
     const int start = p.dim - p.rdim;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double theta = (double)pos * (double)(i == (int)threadIdx.x ? fq : p.freqs[i]);
-        const float sn = (float)sin(theta), cs = (float)cos(theta);
+        float sn, cs;
+        attn_rope_angle(pos, i == (int)threadIdx.x ? fq : p.freqs[i], 0, sn, cs);
         const float a = v[start + 2 * i], b = v[start + 2 * i + 1];
         v[start + 2 * i] = a * cs - b * sn;
         v[start + 2 * i + 1] = a * sn + b * cs;

@@ -338,9 +338,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_merge(AttnMerge p)
     // weights are known), as attn_rope_smem computes them.
     const int start = p.dim - p.rdim;  // even: a rope pair never straddles two threads
     for (int i = (int)threadIdx.x - 32; i >= 0 && i < p.rdim / 2; i += blockDim.x - 32) {
-        const double theta = (double)p.positions[row] * (double)p.freqs[i];
-        rsn[i] = (float)sin(-theta);
-        rcs[i] = (float)cos(theta);
+        attn_rope_angle(p.positions[row], p.freqs[i], 1, rsn[i], rcs[i]);
     }
     if (threadIdx.x < 32) {
         // lane s (and s + 32) weighs split s: M = max(sink, m_s), den = exp(sink - M) + sum l_s exp(m_s - M).
