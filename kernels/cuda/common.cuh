@@ -103,18 +103,20 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) { return __byte_
 
 // FP4 expert weights on the device ("device layout"; fp4_layout.cu makes it once, at load). A 32-bit word
 // holds the same 8 weights as in the checkpoint (K offsets 8j .. 8j+7 of one row, nibble i = K offset i),
-// but with their bits moved so that the bf16x2 pair of weights (i, i + 4) is a rotation and a mask of the
+// but with their bits moved so that the bf16x2 pair of weights (2I, 2I + 1) is a rotation and a mask of the
 // word: 4 rotations and 5 masks for the 4 pairs, where the checkpoint layout needs 7 shifts and 8 masks.
 // Why: the routed-expert kernels are bound by this decode's integer work (ncu: ALU pipe 72%, issue 76%).
-// Pair I is the bf16 bit pattern of value * 2^-126: e2m1 (sign, e1, e0, m) -> bf16 bits (15, 8, 7, 6), and
-// the same + 16 for weight i + 4. fp4_layout_dst gives where the device layout keeps each bit: the target bit
-// minus the pair's rotation (pair 3 takes e1 from a 4-bit rotation, the rest from a 12-bit one).
+// Why (2I, 2I + 1): a pair is then a bf16x2 word of x in memory order, so the MMA's x fragments are x's own
+// words (pairing (I, I + 4), as before the seventeenth session, cost two byte permutes per x word).
+// Pair I is the bf16 bit pattern of value * 2^-126: e2m1 (sign, e1, e0, m) -> bf16 bits (15, 8, 7, 6) for weight
+// 2I, the same + 16 for weight 2I + 1. fp4_layout_dst gives where the device layout keeps each bit: the target
+// bit minus the pair's rotation (pair 3 takes e1 from a 4-bit rotation, the rest from a 12-bit one).
 __device__ __forceinline__ int fp4_layout_rot(int pair, int bit) {
     return pair == 0 ? 0 : (pair == 1 ? 6 : (pair == 2 ? 10 : (bit == 2 ? 4 : 12)));
 }
 __device__ __forceinline__ int fp4_layout_dst(int nibble, int bit) {
-    const int target = (bit == 3 ? 15 : 6 + bit) + 16 * (nibble >> 2);
-    return (target - fp4_layout_rot(nibble & 3, bit)) & 31;
+    const int target = (bit == 3 ? 15 : 6 + bit) + 16 * (nibble & 1);
+    return (target - fp4_layout_rot(nibble >> 1, bit)) & 31;
 }
 
 // FP4 expert scales on the device: when K % 128 == 0, one expert's UE8M0 bytes [N, K/32] are stored as 32-bit
@@ -125,7 +127,7 @@ __device__ __forceinline__ u64 fp4_scale_at(int n, int gi, int N, int K) {
     return (K & 127) == 0 ? ((u64)(gi >> 2) * N + n) * 4 + (gi & 3) : (u64)n * (K >> 5) + gi;
 }
 
-// The 4 bf16x2 pairs (value * 2^-126) of a device-layout word: p[I] = weights I (low half) and I + 4.
+// The 4 bf16x2 pairs (value * 2^-126) of a device-layout word: p[I] = weights 2I (low half) and 2I + 1.
 __device__ __forceinline__ void fp4_pairs(u32 w, u32 (&p)[4]) {
     const u32 m = 0x81c081c0u;  // bits 15, 8, 7, 6 of both halves
     p[0] = w & m;

@@ -24,11 +24,10 @@
 //          loads. x comes through L1 (every warp of the group re-reads it); with 16-row warps only the lanes
 //          of real columns load it (batch 1: 4 of 32 lanes), padding columns keep zeros.
 // Compute: mma.sync m16n8k16 bf16 (sm_80+). 16 weight bytes = 32 fp4 values = exactly one scale group per
-//          thread and row. Nibbles i and i+4 of a word form one bf16x2 (K permuted within the word, the same
-//          permutation applied to x by byte_perm), each a bf16 bit pattern (value * 2^-126) from the device
-//          layout's rotation and mask (fp4_pairs, common.cuh), then one packed bf16 multiply by 2^126 * S
-//          (exact: power of two). That decode is what bounds the kernel once the loads are in flight: the
-//          integer pipe runs at half rate.
+//          thread and row. Nibbles 2i and 2i+1 of a word form one bf16x2 (so x's words are the B fragments as
+//          loaded), each a bf16 bit pattern (value * 2^-126) from the device layout's rotation and mask
+//          (fp4_pairs, common.cuh), then one packed bf16 multiply by 2^126 * S (exact: power of two). That
+//          decode is what bounds the kernel once the loads are in flight: the integer pipe runs at half rate.
 // Weights: Wq and S are in the device layouts (fp4_layout.cu), not the checkpoint's order.
 // Default tuning (Fp4Tune::for_shape, after v5 and the scale layout): mt2 at every batch, kw = chunks / 8
 //          clamped to 1..4 (kbench 2026-11-30: 32-row warps now beat 16-row ones at batch 1 too).
@@ -93,25 +92,18 @@ __device__ __forceinline__ void fp4_chunk_x(float* acc, const uint4 (&wv)[2 * MT
                                             const uint4 (&xv)[4]) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        // x[k0 + 8q .. + 8] as words (x[8q+2m], x[8q+2m+1]); B fragments pair k with k + 4 like the weights.
-        u32 b[2][2];
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            const u32 lo = p ? xv[q].y : xv[q].x, hi = p ? xv[q].w : xv[q].z;
-            b[p][0] = byte_perm(lo, hi, 0x5410);  // x[8q+2p], x[8q+2p+4]
-            b[p][1] = byte_perm(lo, hi, 0x7632);  // x[8q+2p+1], x[8q+2p+5]
-        }
+        // Word q of a row holds weights k0 + 8q .. + 8 as the pairs (8q + 2I, 8q + 2I + 1) (fp4_pairs), which are
+        // x's own bf16x2 words: k-step 2q takes pairs 0, 1 (x words 0, 1), k-step 2q + 1 pairs 2, 3.
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            u32 p0[4], p1[4];  // word q of rows g and g + 8: pairs of weights (i, i + 4)
+            u32 p0[4], p1[4];  // word q of rows g and g + 8
             fp4_pairs(word4(wv[2 * mt], q), p0);
             fp4_pairs(word4(wv[2 * mt + 1], q), p1);
             const u32 f0 = f[2 * mt], f1 = f[2 * mt + 1];
-            // Weight fragments for k-steps 2q (pairs 0, 1) and 2q + 1 (pairs 2, 3) of word q.
             mma_bf16_16816(&acc[mt * 4], bf16x2_mul(p0[0], f0), bf16x2_mul(p1[0], f1), bf16x2_mul(p0[1], f0),
-                           bf16x2_mul(p1[1], f1), b[0][0], b[0][1]);
+                           bf16x2_mul(p1[1], f1), xv[q].x, xv[q].y);
             mma_bf16_16816(&acc[mt * 4], bf16x2_mul(p0[2], f0), bf16x2_mul(p1[2], f1), bf16x2_mul(p0[3], f0),
-                           bf16x2_mul(p1[3], f1), b[1][0], b[1][1]);
+                           bf16x2_mul(p1[3], f1), xv[q].z, xv[q].w);
         }
     }
 }

@@ -69,18 +69,21 @@ __device__ __forceinline__ void route_local_best(const u32* key, u32& bk, int& b
         }
 }
 
-// One warp routes one row, all in registers (E <= 32 NPL): lane l scores experts l + 32 j; each top-k round
+// One warp routes one row, all in registers (E <= 32 NPL): lane l scores experts l + 32 j (or reads those scores
+// from `scores` [rows, E] when the block computed them beforehand, see moe_route_group); each top-k round
 // is a warp max of the lanes' best keys (redux) and a warp min of the ids holding it (ties to the lower id,
 // like the CPU reference), then the winning lane drops that expert. Lane k keeps the k-th id and, after the
 // rounds, re-evaluates its score.
 // v1 kept the scores in shared memory and ran each round as a scan plus a 5-step two-value butterfly; the
 // weights were one lane's serial loop. Outputs (ids, weights) are v1's bits; sid (shared, may be null)
 // also receives the ids, for the grouping of the same block.
-template <int NPL>
+template <int NPL, bool PRE>
 __device__ __forceinline__ void route_row(const float* __restrict__ logits, const float* __restrict__ bias,
                                           const i32* __restrict__ tid2eid, const i32* __restrict__ tokens, int E,
-                                          int topk, float route_scale, i32* ids, float* wts, int row, int* sid) {
+                                          int topk, float route_scale, i32* ids, float* wts, int row, int* sid,
+                                          const float* scores) {
     const int lane = threadIdx.x & 31;
+    const float* sr = PRE ? scores + row * E : nullptr;  // PRE: the row's scores, computed by the block
     const float* lr = logits + (u64)row * E;
     int id = 0x7fffffff;
     if (tid2eid) {
@@ -95,12 +98,12 @@ __device__ __forceinline__ void route_row(const float* __restrict__ logits, cons
 #pragma unroll
         for (int j = 0; j < NPL; ++j) {
             const int e = min(lane + 32 * j, E - 1);
-            l[j] = route_ldg(lr + e);
+            if (!PRE) l[j] = route_ldg(lr + e);
             b[j] = route_ldg(bp + e);
         }
 #pragma unroll
         for (int j = 0; j < NPL; ++j) {
-            const float sc = route_score(l[j]);
+            const float sc = PRE ? sr[min(lane + 32 * j, E - 1)] : route_score(l[j]);
             key[j] = lane + 32 * j < E ? route_key(bias ? sc + b[j] : sc) : 0u;
         }
         u32 bk;
@@ -119,7 +122,8 @@ __device__ __forceinline__ void route_row(const float* __restrict__ logits, cons
         }
     }
     // The chosen expert's score again (the same f32 operations as for its key: the same bits).
-    const float s_k = lane < topk && id >= 0 && id < E ? route_score(lr[id]) : __int_as_float(0x7fc00000);
+    const bool has = lane < topk && id >= 0 && id < E;
+    const float s_k = has ? (PRE ? sr[id] : route_score(lr[id])) : __int_as_float(0x7fc00000);
     float sum = 0.f;  // v1's order: k = 0, 1, ...
     for (int k = 0; k < topk; ++k) sum += __shfl_sync(0xffffffffu, s_k, k);
     if (lane < topk) {
@@ -129,15 +133,17 @@ __device__ __forceinline__ void route_row(const float* __restrict__ logits, cons
     }
 }
 
-// route_row at the register width E needs (checked on the host: E <= 1024).
+// route_row at the register width E needs (checked on the host: E <= 1024); `scores` (E <= 256 only) as there.
 __device__ __forceinline__ void route_row_any(const float* __restrict__ logits, const float* __restrict__ bias,
                                               const i32* __restrict__ tid2eid, const i32* __restrict__ tokens,
                                               int E, int topk, float route_scale, i32* ids, float* wts, int row,
-                                              int* sid) {
-    if (E <= 256)
-        route_row<8>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
+                                              int* sid, const float* scores) {
+    if (scores)
+        route_row<8, true>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid, scores);
+    else if (E <= 256)
+        route_row<8, false>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid, nullptr);
     else
-        route_row<32>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
+        route_row<32, false>(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid, nullptr);
 }
 
 extern "C" __global__ void __launch_bounds__(32) moe_route(
@@ -145,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(32) moe_route(
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* __restrict__ ids,
     float* __restrict__ wts) {
     pdl_wait();
-    route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, nullptr);
+    route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, blockIdx.x, nullptr, nullptr);
 }
 
 // moe_group_block's result for S <= 32 slots, by one warp (lane i = slot i, ids sid[i] in shared memory):
@@ -185,25 +191,38 @@ __device__ __forceinline__ void route_group_warp(const int* sid, int S, int E, i
 
 // moe_route and moe_group (moe_group.cu) in one launch; warp w of block b routes row b * warps + w exactly as
 // moe_route does. Two shapes (the launcher picks by rows):
-// - one block (rows <= ROUTE_GROUP_ONE_BLOCK, one warp per row): the ids also go to shared memory; after one
-//   barrier warp 0 groups them (route_group_warp) when rows * topk <= 32, else the block runs moe_group_block.
-//   No device counter, fences or atomics: at batch 1 v1 (below, then for every batch) took 12.5 us per layer.
+// - one block (rows <= ROUTE_GROUP_ONE_BLOCK, one warp per row, at least 8 warps): when the rows' scores fit the
+//   scratch (sqrt-softplus layers, E <= 256, rows * E <= MOE_ROUTE_SCORES), every thread of the block first scores
+//   (row, expert) pairs into it, one route_score each, and after a barrier the routing warps read them: at batch 1
+//   a lane's 8 scores were 8 dependent calls of ~100 instructions, the longest stretch of the launch. The same
+//   f32 operations per score: the same bits. The ids also go to shared memory; after one barrier warp 0 groups
+//   them (route_group_warp) when rows * topk <= 32, else the block runs moe_group_block (which reuses the score
+//   scratch: the barrier separates the last score read from its first write). No device counter, fences or
+//   atomics: at batch 1 v1 (below, then for every batch) took 12.5 us per layer.
 // - grid ceil(rows / 4), block 128: the last block to finish (a device counter, `counter`, zero between
 //   launches: that block resets it) groups all rows' ids into meta. Ordering: every block fences its ids
 //   before counting itself in; the last block fences after seeing the full count and reads the ids from L2
 //   (moe_group_block), so it sees every block's writes.
+#define MOE_ROUTE_SCORES 5120  // moe_group_block's scratch (ints), also the one-block path's score scratch
 extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
     i32* __restrict__ meta, int* counter) {
     pdl_wait();
-    __shared__ __align__(16) int sm[5120];  // moe_group_block's scratch; one block: sid = the ids first
+    __shared__ __align__(16) int sm[MOE_ROUTE_SCORES];  // moe_group_block's scratch; one block: the scores first
     __shared__ int last;
     const int warp = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + warp;
     const int S = rows * topk;
     if (gridDim.x == 1) {
         __shared__ int sid[512];  // rows * topk <= 32 x 16 (launcher)
-        if (row < rows) route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid);
+        float* scores = nullptr;
+        if (!tid2eid && E <= 256 && rows * E <= MOE_ROUTE_SCORES) {  // block-uniform
+            scores = reinterpret_cast<float*>(sm);
+            for (int i = threadIdx.x; i < rows * E; i += blockDim.x) scores[i] = route_score(route_ldg(logits + i));
+            __syncthreads();
+        }
+        if (row < rows)
+            route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, sid, scores);
         __syncthreads();  // the block's ids, in shared memory and in global memory (moe_group_block reads those)
         if (S <= 32) {
             if (warp == 0) route_group_warp(sid, S, E, meta);
@@ -212,7 +231,8 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_group(
         }
         return;
     }
-    if (row < rows) route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, nullptr);
+    if (row < rows)
+        route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, nullptr, nullptr);
     __threadfence();  // this thread's ids and weights are visible device-wide before the block counts itself
     __syncthreads();
     if (threadIdx.x == 0) {

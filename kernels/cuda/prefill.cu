@@ -61,14 +61,10 @@ __device__ __forceinline__ void pf_fp4x32(const uint4& v, u32 f, u32 (&out)[16])
     const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        u32 p[4];  // p[I] = weights (I, I + 4) of word i
+        u32 p[4];  // p[I] = weights (2I, 2I + 1) of word i: its natural bf16x2 words
         fp4_pairs(w[i], p);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) p[j] = bf16x2_mul(p[j], f);
-        out[4 * i + 0] = byte_perm(p[0], p[1], 0x5410);  // weights 0, 1
-        out[4 * i + 1] = byte_perm(p[2], p[3], 0x5410);  // 2, 3
-        out[4 * i + 2] = byte_perm(p[0], p[1], 0x7632);  // 4, 5
-        out[4 * i + 3] = byte_perm(p[2], p[3], 0x7632);  // 6, 7
+        for (int j = 0; j < 4; ++j) out[4 * i + j] = bf16x2_mul(p[j], f);
     }
 }
 

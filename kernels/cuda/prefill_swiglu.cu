@@ -7,15 +7,15 @@
 //          a shorter last block), the same f32 operations per value as moe_swiglu; the block maximum is
 //          order-free (fmaxf), so a lane holding other columns of the block than in moe_swiglu changes no bit.
 // Layout:  g, u f32 [S, I] (the w1 / w3 outputs), wt f32 [S] or null (1), out bf16 [S, Kp], Kp = I rounded up to
-//          128, zero past I; in each 128-wide chunk bf16 pair q = 16j + 4i + t holds h[8(4t + j) + i] and
-//          h[8(4t + j) + i + 4] (pf_kperm's order, see the K-order comment of prefill_wgmma_fp4.cu).
+//          128, zero past I; in each 128-wide chunk bf16 pair q = 16j + 4i + t holds h[8(4t + j) + 2i] and
+//          h[8(4t + j) + 2i + 1] (pf_kperm's order, see the K-order comment of prefill_wgmma_fp4.cu).
 // Launch:  grid ceil(S * Kp / 128 / (8 PFS_CHUNKS)), block 256: a warp per PFS_CHUNKS consecutive (slot, chunk)
 //          pairs, lane l holds columns 4l .. 4l + 3 of a chunk (one 16-byte load each of g and u: a warp reads
 //          512 contiguous bytes per load; all 2 PFS_CHUNKS loads are issued before the first use). Lanes 2p and
-//          2p + 1 hold the two halves of 8-column piece p = 4t + j; one shuffle gives each the other's half, so the
-//          even lane forms pairs i = 0, 1 and the odd lane pairs 2, 3 (u32 16j + 4i + t of the chunk). The pairs
-//          go through a per-warp stage in shared memory (64 words a chunk, padded by 4 words after the first 32:
-//          no bank conflicts) and out as 16-byte stores, 256 contiguous bytes a chunk.
+//          2p + 1 hold the two halves of 8-column piece p = 4t + j: the even lane pairs i = 0, 1, the odd lane
+//          pairs 2, 3, each of 2 columns it holds (u32 16j + 4i + t of the chunk). The pairs go through a per-warp
+//          stage in shared memory (64 words a chunk, padded by 4 words after the first 32: no bank conflicts) and
+//          out as 16-byte stores, 256 contiguous bytes a chunk.
 // Why:     the two launches moved ~1.4 GB per 8192-token layer (g, u in; h out, in, and out again permuted); ncu
 //          (H200, 8192 tokens = 49152 slots, I = 2048, official numerics): moe_swiglu 404 us + pf_kperm 145 us
 //          per layer, this kernel 350 us (1.0 GB: 2.9 TB/s; the copy rate is 4.25 TB/s). At 1024 tokens the MoE
@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(256) pf_swiglu_kperm(PfSwiglu p) {
     }
     u32* st = stage[warp];
     const int e = lane & 1, piece = lane >> 1, j = piece & 3, t = piece >> 2;
-    const int qa = 16 * j + 8 * e + t;  // u32 of this lane's first pair (i = 2e); the second is 4 further
+    const int qa = 16 * j + 8 * e + t;  // u32 of this lane's pair i = 2e; pair 2e + 1 is 4 further
 #pragma unroll
     for (int q = 0; q < PFS_CHUNKS; ++q) {
         const u32 ch = first + q, s = ch / kc;
@@ -89,13 +89,8 @@ extern "C" __global__ void __launch_bounds__(256) pf_swiglu_kperm(PfSwiglu p) {
             v[c] = col < p.inter ? swiglu_value(__uint_as_float(gw[c]), __uint_as_float(uw[c]), w, p.limit, p.quant)
                                  : 0.f;
         if (p.quant) fq_block(v);  // the whole warp: one 128-block
-        const u32 lo = pfs_bf16x2(v[0], v[1]), hi = pfs_bf16x2(v[2], v[3]);
-        // The even lane holds columns 0-3 of its piece and needs the odd lane's 4, 5; the odd lane holds 4-7 and
-        // needs 2, 3.
-        const u32 other = __shfl_xor_sync(0xffffffffu, e ? lo : hi, 1);
-        const u32 a = e ? other : lo, b = e ? hi : other;  // a: the pairs' first values, b: their second values
-        st[q * PFS_WORDS + pfs_word(qa)] = byte_perm(a, b, 0x5410);
-        st[q * PFS_WORDS + pfs_word(qa + 4)] = byte_perm(a, b, 0x7632);
+        st[q * PFS_WORDS + pfs_word(qa)] = pfs_bf16x2(v[0], v[1]);
+        st[q * PFS_WORDS + pfs_word(qa + 4)] = pfs_bf16x2(v[2], v[3]);
     }
     __syncwarp();
     const int kp = kc * 128;

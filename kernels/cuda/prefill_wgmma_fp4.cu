@@ -10,13 +10,14 @@
 //          32-column wgmma, not a 64-row tile, and one pass over its weights serves up to 256 rows.
 // K order: a thread's A fragment holds, per k16 step, the k pairs (2t, 2t+1) and (2t+8, 2t+9) of its rows g and
 //          g+8 (t = lane % 4, g = lane / 4 of its warp's 16 rows); a device-layout FP4 word gives the bf16 pairs
-//          (i, i+4), i < 4, of 8 consecutive k (fp4_pairs). So each 128-wide K chunk is summed in a permuted order:
-//          in k32 sub-chunk j thread t decodes word 4t + j of its rows' chunk (its 32-k scale group is t), and
-//          pair i of that word feeds step 2j + i/2, slot a0/a1 (i even) or a2/a3 (i odd). x must be stored in the
-//          same order: pf_kperm writes x' [rows, Kp] (Kp = K rounded up to 128, zero padded) with the bf16 pair
-//          q = 16j + 4i + t of each chunk = x[8(4t + j) + i] and x[8(4t + j) + i + 4]; w2's input h' comes in
-//          that order straight from the SwiGLU (pf_swiglu_kperm, prefill_swiglu.cu). A permutation of K changes
-//          no product, only (again) the order of the f32 sums.
+//          (2i, 2i+1), i < 4, of 8 consecutive k (fp4_pairs). So each 128-wide K chunk is summed in a permuted
+//          order: in k32 sub-chunk j thread t decodes word 4t + j of its rows' chunk (its 32-k scale group is t),
+//          and pair i of that word feeds step 2j + i/2, slot a0/a1 (i even) or a2/a3 (i odd). x must be stored in
+//          the same order: pf_kperm writes x' [rows, Kp] (Kp = K rounded up to 128, zero padded) with the bf16
+//          pair q = 16j + 4i + t of each chunk = x[8(4t + j) + 2i] and x[8(4t + j) + 2i + 1] (x's own pair
+//          16t + 4j + i: a permutation of 4-byte words); w2's input h' comes in that order straight from the
+//          SwiGLU (pf_swiglu_kperm, prefill_swiglu.cu). A permutation of K changes no product, only (again) the
+//          order of the f32 sums.
 // Launch:  grid (ceil(N / 128), max tiles, groups), 256 threads = 2 warpgroups; block (x, y) multiplies weight
 //          rows 128x .. 128x + 127 of tile y's expert by the tile's rows (blocks past tiles[0] exit), so the blocks
 //          that read one tile's x run together and x comes from L2 after the first. The tile's row count picks NT
@@ -75,18 +76,14 @@ extern "C" __global__ void __launch_bounds__(256) pf_kperm(PfKperm p) {
         const int k = c * 128 + 8 * (4 * t + j);
         v[t] = k < p.k ? ldg_keep(p.x + row * p.k + k) : make_uint4(0, 0, 0, 0);
     }
-    // Physical piece t holds k (k0, k1) (k2, k3) (k4, k5) (k6, k7); its pair i is (k_i, k_i+4).
-    u32 o[4][4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        o[0][t] = byte_perm(v[t].x, v[t].z, 0x5410);
-        o[1][t] = byte_perm(v[t].x, v[t].z, 0x7632);
-        o[2][t] = byte_perm(v[t].y, v[t].w, 0x5410);
-        o[3][t] = byte_perm(v[t].y, v[t].w, 0x7632);
-    }
+    // Physical piece t holds the pairs (k0, k1) (k2, k3) (k4, k5) (k6, k7): pair i is its word i.
+    const u32 o[4][4] = {{v[0].x, v[1].x, v[2].x, v[3].x},
+                         {v[0].y, v[1].y, v[2].y, v[3].y},
+                         {v[0].z, v[1].z, v[2].z, v[3].z},
+                         {v[0].w, v[1].w, v[2].w, v[3].w}};
     uint4* d = (uint4*)(p.out + row * (u64)(kc * 128) + c * 128 + 32 * j);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) d[q] = make_uint4(o[q][0], o[q][1], o[q][2], o[q][3]);
+    for (int i = 0; i < 4; ++i) d[i] = make_uint4(o[i][0], o[i][1], o[i][2], o[i][3]);
 }
 
 #if defined(PFW_ENABLED)

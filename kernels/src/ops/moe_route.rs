@@ -101,6 +101,8 @@ const ROUTE_GROUP_ROWS: usize = 4;
 /// Up to this many rows `moe_route_group` runs one block of one warp per row (no device counter; its
 /// shared id list holds 16 x topk <= 256 ids).
 const ROUTE_GROUP_ONE_BLOCK: usize = 16;
+/// Fewest warps of the one-block `moe_route_group`: 256 threads score the 256 experts of a batch-1 row at once.
+const ROUTE_SCORE_WARPS: usize = 8;
 
 impl GpuContext {
     /// `logits` f32 [rows, E] -> `ids` i32 [rows*topk], `wts` f32 [rows*topk].
@@ -154,14 +156,16 @@ impl GpuContext {
         let mp = ptr_mut(meta, stream);
         // The counter: the buffer's last element, past what any launch on it writes (moe_group_meta_len).
         let cp = mp + 4 * (meta.len() as u64 - 1);
-        let per_block = if s.rows <= ROUTE_GROUP_ONE_BLOCK {
-            s.rows
+        let (per_block, warps) = if s.rows <= ROUTE_GROUP_ONE_BLOCK {
+            // At least ROUTE_SCORE_WARPS warps: the one-block kernel scores every (row, expert) pair with the
+            // whole block before its routing warps read them.
+            (s.rows, s.rows.max(ROUTE_SCORE_WARPS))
         } else {
-            ROUTE_GROUP_ROWS
+            (ROUTE_GROUP_ROWS, ROUTE_GROUP_ROWS)
         };
         let cfg = LaunchConfig {
             grid_dim: (grid(NAME, s.rows.div_ceil(per_block))?, 1, 1),
-            block_dim: (32 * grid(NAME, per_block)?, 1, 1),
+            block_dim: (32 * grid(NAME, warps)?, 1, 1),
             shared_mem_bytes: 0,
         };
         let mut l = Args::new();

@@ -79,8 +79,8 @@ fn fp4_layout_rot(pair: usize, bit: usize) -> usize {
 
 /// Where the device layout keeps bit `bit` of nibble `nibble` of a 32-bit word (cuda `fp4_layout_dst`).
 fn fp4_layout_dst(nibble: usize, bit: usize) -> usize {
-    let target = if bit == 3 { 15 } else { 6 + bit } + 16 * (nibble >> 2);
-    (target + 32 - fp4_layout_rot(nibble & 3, bit)) & 31
+    let target = if bit == 3 { 15 } else { 6 + bit } + 16 * (nibble & 1);
+    (target + 32 - fp4_layout_rot(nibble >> 1, bit)) & 31
 }
 
 /// One 32-bit word of FP4 weights (nibble i = K offset i) in the device layout (cuda/fp4_layout.cu).
@@ -124,7 +124,7 @@ pub fn fp4_scales_device_layout(src: &[u8], experts: usize, n: usize, k: usize) 
 }
 
 /// The kernels' decode of a device-layout word (cuda `fp4_pairs`): pair I = bf16 bit patterns of
-/// value * 2^-126 of weights I (low half) and I + 4 (high half).
+/// value * 2^-126 of weights 2I (low half) and 2I + 1 (high half).
 pub fn fp4_device_pairs(w: u32) -> [u32; 4] {
     const M: u32 = 0x81c0_81c0;
     [
@@ -175,7 +175,7 @@ mod tests {
         for w in words {
             let pairs = fp4_device_pairs(fp4_device_word(w));
             for (i, p) in pairs.iter().enumerate() {
-                let (lo, hi) = ((w >> (4 * i)) & 15, (w >> (4 * (i + 4))) & 15);
+                let (lo, hi) = ((w >> (8 * i)) & 15, (w >> (8 * i + 4)) & 15);
                 assert_eq!(
                     *p,
                     raw_bits(lo) | raw_bits(hi) << 16,
@@ -183,7 +183,7 @@ mod tests {
                 );
                 // And the pattern is the weight's value: bf16 bits * 2^126.
                 let v = f32::from_bits(raw_bits(lo) << 16) * 2f32.powi(126);
-                assert_eq!(v, e2m1_to_f32(lo as u8), "word {w:#010x} nibble {i}");
+                assert_eq!(v, e2m1_to_f32(lo as u8), "word {w:#010x} nibble {}", 2 * i);
             }
         }
     }

@@ -22,8 +22,8 @@ pub fn bf16_gemm(x: &[bf16], w: &[bf16], m: usize, n: usize, k: usize) -> Vec<f3
 }
 
 /// `pf_kperm`: x `[rows, k]` in the K order of pf_wgmma_fp4_expert, `[rows, kp]` with kp = k rounded up to 128
-/// (zeros past k). In each 128-wide chunk, bf16 pair q = 16j + 4i + t (j, i, t < 4) holds x[8(4t + j) + i] and
-/// x[8(4t + j) + i + 4]: the k that the kernel's thread t pairs from word 4t + j of a device-layout FP4 row.
+/// (zeros past k). In each 128-wide chunk, bf16 pair q = 16j + 4i + t (j, i, t < 4) holds x[8(4t + j) + 2i] and
+/// x[8(4t + j) + 2i + 1]: the k that the kernel's thread t pairs from word 4t + j of a device-layout FP4 row.
 pub fn kperm(x: &[bf16], rows: usize, k: usize) -> Vec<bf16> {
     let kp = k.div_ceil(128) * 128;
     let mut out = vec![bf16::ZERO; rows * kp];
@@ -32,7 +32,7 @@ pub fn kperm(x: &[bf16], rows: usize, k: usize) -> Vec<bf16> {
             for q in 0..64 {
                 let (j, i, t) = (q / 16, (q / 4) % 4, q % 4);
                 for h in 0..2 {
-                    let src = c * 128 + 8 * (4 * t + j) + i + 4 * h;
+                    let src = c * 128 + 8 * (4 * t + j) + 2 * i + h;
                     if src < k {
                         out[r * kp + c * 128 + 2 * q + h] = x[r * k + src];
                     }

@@ -195,6 +195,7 @@ fn moe_route_group_matches_reference() {
         (2, 1000, 16, By::TopK),      // the 32-per-lane register width, 32 slots
         (16, 300, 6, By::TopKBias),   // one block, 96 slots, 32 per lane
         (1, 3, 3, By::TopK),          // every expert chosen
+        (6, 1000, 8, By::TopKBias),   // one block whose scores do not fit its scratch: lanes score
     ];
     for (i, (rows, e, topk, by)) in cases.into_iter().enumerate() {
         run_case(&g, 800 + i as u64, rows, e, topk, by);
