@@ -119,6 +119,20 @@ __device__ __forceinline__ int fp4_layout_dst(int nibble, int bit) {
     return (target - fp4_layout_rot(nibble >> 1, bit)) & 31;
 }
 
+// FP4 expert weight bytes on the device: when fp4_tiled(N, K), each matrix [N, K/2] is stored as 2 KB tiles
+// [N/32][K/128][32 rows][64 B], so a warp's 128-wide chunk of 32 rows is one contiguous 2 KB and a block's K step
+// of its rows is 2-8 KB in a row, instead of 32 pieces of 64 B K/2 apart (kernels/BENCH_NOTES.md: 2-7% on the
+// expert kernels in kbench). Otherwise (tiny models, K > FP4_TILE_MAX_K) the rows stay as in the checkpoint.
+// fp4_w_at: the offset of byte b of row n inside one matrix (b % 16 == 0 keeps a 16-byte piece inside a tile row).
+#define FP4_TILE_MAX_K 4096  // fp4_rows_to_tiles holds a 32-row band (16 K bytes) in registers
+__device__ __forceinline__ bool fp4_tiled(int N, int K) {
+    return (K & 127) == 0 && (N & 31) == 0 && K <= FP4_TILE_MAX_K;
+}
+__device__ __forceinline__ u64 fp4_w_at(int n, int b, int N, int K) {
+    return fp4_tiled(N, K) ? ((u64)((n >> 5) * (K >> 7) + (b >> 6)) << 11) + (u32)((n & 31) << 6) + (u32)(b & 63)
+                           : (u64)n * (K >> 1) + b;
+}
+
 // FP4 expert scales on the device: when K % 128 == 0, one expert's UE8M0 bytes [N, K/32] are stored as 32-bit
 // words [K/128, N, 4] (the 4 scales of row n's 128-wide K chunk c at word c * N + n), so the words a warp
 // needs for one chunk of its consecutive rows are adjacent; otherwise the checkpoint's [N, K/32].

@@ -189,14 +189,18 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     // FULL (block-uniform: every row of the block exists; used for MT = 1 only, see the header's v4): slot i's
     // offset is roff0 + i * rs8, so the copies need one offset and one stride, not 2 MT offsets and validity
     // bits (which ptxas rematerialised from the parameters at every chunk: ~50 instructions per chunk).
-    const u32 roff0 = (u32)(row0 + g) * (u32)kb2, rs8 = 8u * (u32)kb2;
-    u32 roff[2 * MT];  // row * kb2 (weights); row * ks = roff / 16 (scales)
+    // Rows in 2 KB tiles (fp4_tiled: a warp's rows lie in one 32-row band, chunk c is the band's tile c) or as in
+    // the checkpoint (row * kb2, chunk c at 64 c).
+    const bool tiled = fp4_tiled(N, K);
+    const u32 cstride = tiled ? 2048u : 64u;
+    const u32 roff0 = (u32)fp4_w_at(row0 + g, 0, N, K), rs8 = tiled ? 512u : 8u * (u32)kb2;
+    u32 roff[2 * MT];  // fp4_w_at(row, 0) (weights); untiled: row * ks = roff / 16 (scales, !SCA only)
     u32 rok = 0;       // bit i: slot i's row exists
 #pragma unroll
     for (int i = 0; i < 2 * MT; ++i) {
         const int r = row0 + 8 * i + g;
         rok |= (FULL || r < N ? 1u : 0u) << i;
-        roff[i] = FULL ? roff0 + (u32)i * rs8 : (r < N ? (u32)r * (u32)kb2 : 0u);
+        roff[i] = FULL ? roff0 + (u32)i * rs8 : (r < N ? (u32)fp4_w_at(r, 0, N, K) : 0u);
     }
 
     // Scale words (sc_async): lane l < 16 MT copies the 4 bytes of its warp's row l, one copy per chunk and
@@ -214,7 +218,7 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][warp][lane]);
     auto issue = [&](int c, int sl, int ssl) {
         const bool kin = kfull || c * 128 + t * 32 < K;
-        const u32 coff = kin ? (u32)c * 64u : 0u;
+        const u32 coff = kin ? (u32)c * cstride : 0u;
 #pragma unroll
         for (int i = 0; i < 2 * MT; ++i) {
             const u32 n16 = (kin && (FULL || ((rok >> i) & 1u))) ? 16u : 0u;
@@ -319,16 +323,18 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
     constexpr int MT = 2, KB2 = K / 2, M = K / (128 * KW);
     static_assert(K % (128 * KW) == 0 && N % (16 * MT * FP4_WARPS / KW) == 0, "not a fixed shape");
     FP4_BLOCK_PLACE(MT, KW)
-    // This warp's chunk j is c = kw + j KW: slot i's 16 weight bytes at wp + i 8 KB2 + j KW 64, the scale word of
-    // row row0 + lane (device scale layout) at sp + j KW 4 N, x at xp + j KW 128.
-    const u8* wp = w + ((u64)e * N + (u32)(row0 + g)) * KB2 + t * 16 + kw * 64;
+    // This warp's chunk j is c = kw + j KW: its 32 rows are one band of 2 KB tiles (fp4_w_at; the fixed shapes are
+    // always fp4_tiled), so slot i's 16 weight bytes are at wp + i 512 + j KW 2048; the scale word of row
+    // row0 + lane (device scale layout) at sp + j KW 4 N, x at xp + j KW 128.
+    static_assert(K % 128 == 0 && N % 32 == 0 && K <= FP4_TILE_MAX_K, "fixed shapes are tiled");
+    const u8* wp = w + (u64)e * N * KB2 + (u64)(row0 >> 5) * (K / 128) * 2048 + g * 64 + t * 16 + kw * 2048;
     const u8* sp = s + (u64)e * N * (K / 32) + ((u32)kw * N + (u32)(row0 + lane)) * 4u;
     const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][warp][lane]);
     auto issue = [&](int j) {  // j is a constant after unrolling
 #pragma unroll
         for (int i = 0; i < 2 * MT; ++i)
             cp_async16(ring_s + (u32)((j % FP4_ST) * 2 * MT + i) * (FP4_WARPS * 32 * 16),
-                       wp + (i * 8 * KB2 + j * KW * 64), 16u);
+                       wp + (i * 512 + j * KW * 2048), 16u);
         cp_async4(sring_s + (u32)(j % FP4_SST) * (FP4_WARPS * 32 * 4), sp + (u64)j * KW * 4 * N, 4u);
     };
 

@@ -80,10 +80,9 @@ __device__ __forceinline__ void pf_load_w(const PfGemm& p, int g, int expert, in
     } else if (WT == PF_WT_FP4) {
         const int row = tid >> 1, k = k0 + (tid & 1) * 32, n = n0 + row;
         const bool ok = n < N && k < K;
-        const u64 rowi = (u64)expert * N + n;
-        const u8* w = (const u8*)p.w[g] + rowi * (K / 2);
-        const u64 si = (u64)expert * N * (K / 32) + fp4_scale_at(n, k / 32, N, K);  // device scale layout
-        r.v[0] = ok ? ldg_stream(w + k / 2) : make_uint4(0, 0, 0, 0);
+        const u8* w = (const u8*)p.w[g] + (u64)expert * N * (K / 2) + fp4_w_at(n, k / 2, N, K);  // device layouts
+        const u64 si = (u64)expert * N * (K / 32) + fp4_scale_at(n, k / 32, N, K);
+        r.v[0] = ok ? ldg_stream(w) : make_uint4(0, 0, 0, 0);
         r.f[0] = ok ? pf_fp4_scale(p.s[g][si]) : 0u;
     }
 }

@@ -157,7 +157,7 @@ __host__ __device__ constexpr int pfx_stages(int nt, int ring) {
 
 // What one block works on: its group, expert, tile rows and the per-row tables in shared memory.
 struct PfxTile {
-    const u8* w;       // the expert's first weight row of this block
+    const u8* w;       // the expert's weights (its rows at fp4_w_at)
     const u8* s;       // the expert's scales
     const u8* x;       // x' of the group
     const int* slot;   // [NT] output slot of each tile row (shared)
@@ -192,7 +192,7 @@ __device__ __forceinline__ void pfx_load(const PfxTile& t, int kb, int stage) {
     for (int i = 0; i < 2; ++i) {
         const int c = tid + 256 * i, r = c >> 2, part = c & 3;
         const bool ok = t.n0 + r < t.N && kb * 128 + part * 32 < t.K;
-        const u8* src = t.w + (u64)r * (t.K / 2) + kb * 64 + part * 16;
+        const u8* src = t.w + fp4_w_at(t.n0 + r, kb * 64 + part * 16, t.N, t.K);  // device layout (tiles)
         cp_async16(wdst + r * 64 + part * 16, ok ? (const void*)src : (const void*)t.w, ok ? 16u : 0u);
     }
 }
@@ -319,7 +319,7 @@ __device__ __forceinline__ void pfx_main(const PfGemm& p) {
     __syncthreads();
     const int K = p.K;
     PfxTile t;
-    t.w = (const u8*)p.w[g] + ((u64)expert * N + n0) * (K / 2);
+    t.w = (const u8*)p.w[g] + (u64)expert * N * (K / 2);
     t.s = p.s[g] + (u64)expert * N * (K / 32);
     t.x = (const u8*)p.x[g];
     t.slot = slot;

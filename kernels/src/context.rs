@@ -22,6 +22,8 @@ pub struct Kernels {
     pub fp4_expert_fixed: Vec<(crate::ops::fp4_expert::Fp4Fixed, CudaFunction)>,
     /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
     pub fp4_layout: CudaFunction,
+    /// fp4_rows_to_tiles: then their rows into 2 KB tiles where the shape allows (ops::fp4_layout).
+    pub fp4_tiles: CudaFunction,
     /// fp4_scales_to_device_layout: their scales (ops::fp4_layout).
     pub fp4_scales_layout: CudaFunction,
     /// bf16_expert: routed experts of BF16 checkpoints (ops::bf16_expert).
@@ -62,6 +64,7 @@ impl Kernels {
             fp4_expert,
             fp4_expert_fixed,
             fp4_layout: get("fp4_to_device_layout")?,
+            fp4_tiles: get("fp4_rows_to_tiles")?,
             fp4_scales_layout: get("fp4_scales_to_device_layout")?,
             bf16_expert: get("bf16_expert")?,
             moe_group: get("moe_group")?,

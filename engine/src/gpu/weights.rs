@@ -58,8 +58,12 @@ impl ExpertBank {
             return Ok(self);
         }
         let s = &ctx.stream;
-        for w in [&mut self.w1, &mut self.w3, &mut self.w2] {
-            ctx.launch_fp4_to_device_layout(s, w)?;
+        for (w, n, k) in [
+            (&mut self.w1, inter, hidden),
+            (&mut self.w3, inter, hidden),
+            (&mut self.w2, hidden, inter),
+        ] {
+            ctx.launch_fp4_to_device_layout(s, w, experts, n, k)?;
         }
         self.s1 = ctx.fp4_scales_to_device_layout(s, &self.s1, experts, inter, hidden)?;
         self.s3 = ctx.fp4_scales_to_device_layout(s, &self.s3, experts, inter, hidden)?;

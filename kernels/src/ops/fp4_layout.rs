@@ -7,9 +7,11 @@ use super::{int, ptr, ptr_mut};
 use crate::context::GpuContext;
 use crate::error::{check, Result};
 use crate::launch::Args;
+use crate::reference::formats::fp4_tiled;
 
 const NAME: &str = "fp4_to_device_layout";
 const SCALES: &str = "fp4_scales_to_device_layout";
+const TILES: &str = "fp4_rows_to_tiles";
 
 /// Blocks of 256 threads for a grid-stride pass over `items`: enough to fill the GPU, never more than needed.
 fn stride_blocks(items: u64) -> u32 {
@@ -17,17 +19,25 @@ fn stride_blocks(items: u64) -> u32 {
 }
 
 impl GpuContext {
-    /// Rewrites `w` (FP4 weights u8 [.., K/2] with K % 32 == 0, as read from a checkpoint) in place into the
-    /// device layout. Run exactly once per buffer, before any expert kernel reads it: a second run permutes
-    /// the bits again.
+    /// Rewrites `w` (FP4 weights u8 [experts, n, k/2] with k % 32 == 0, as read from a checkpoint) in place
+    /// into the device layout: each word's bits (fp4_to_device_layout), then, when
+    /// [`fp4_tiled`](crate::reference::formats::fp4_tiled)`(n, k)`, each 32-row band into 2 KB tiles
+    /// (fp4_rows_to_tiles). Run exactly once per buffer, before any expert kernel reads it: a second run
+    /// permutes again.
     pub fn launch_fp4_to_device_layout(
         &self,
         stream: &CudaStream,
         w: &mut impl DevicePtrMut<u8>,
+        experts: usize,
+        n: usize,
+        k: usize,
     ) -> Result<()> {
-        let bytes = w.len();
-        check(NAME, bytes % 4 == 0, || {
-            format!("{bytes} bytes: not whole 32-bit words")
+        let bytes = experts * n * (k / 2);
+        check(NAME, k.is_multiple_of(32) && w.len() >= bytes, || {
+            format!(
+                "{} bytes for {experts} x [{n}, {k}] (k % 32 == 0, {bytes} bytes)",
+                w.len()
+            )
         })?;
         if bytes == 0 {
             return Ok(());
@@ -41,10 +51,26 @@ impl GpuContext {
         let p = ptr_mut(w, stream);
         let mut l = Args::new();
         l.arg(&p).arg(&words);
-        // SAFETY: fp4_to_device_layout(w, words) reads and writes `words` u32 of w, which holds 4 * words
-        // bytes (checked above); cudarc allocations are 256-byte aligned and callers pass whole buffers or
-        // slices at multiples of 4 bytes.
+        // SAFETY: fp4_to_device_layout(w, words) reads and writes `words` u32 of w, which holds at least
+        // 4 * words bytes (checked above); cudarc allocations are 256-byte aligned and callers pass whole
+        // buffers or slices at multiples of 4 bytes.
         unsafe { self.launch_k(stream, &self.kernels.fp4_layout, cfg, &mut l) }?;
+        if !fp4_tiled(n, k) {
+            return Ok(());
+        }
+        let bands = (experts * n / 32) as u64;
+        let ki = int(TILES, "k", k)?;
+        let cfg = LaunchConfig {
+            grid_dim: (bands.min(4096) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = Args::new();
+        l.arg(&p).arg(&bands).arg(&ki);
+        // SAFETY: fp4_rows_to_tiles(w, bands, k) rewrites `bands` bands of 16 k bytes = experts * n * k / 2
+        // bytes of w (checked above) in 16-byte pieces (16-aligned: k % 128 == 0); k <= FP4_TILE_MAX_K
+        // (fp4_tiled), the most one thread's registers hold.
+        unsafe { self.launch_k(stream, &self.kernels.fp4_tiles, cfg, &mut l) }?;
         Ok(())
     }
 

@@ -94,11 +94,41 @@ pub fn fp4_device_word(w: u32) -> u32 {
     out
 }
 
-/// FP4 weight bytes (whole 32-bit words, little-endian) rewritten into the device layout, in place.
-pub fn fp4_device_layout(bytes: &mut [u8]) {
+/// The largest K whose FP4 rows the device stores in tiles (cuda `FP4_TILE_MAX_K`).
+pub const FP4_TILE_MAX_K: usize = 4096;
+
+/// Whether the device stores FP4 matrices [n, k] in 2 KB tiles [n/32][k/128][32 rows][64 B] (cuda `fp4_tiled`).
+pub fn fp4_tiled(n: usize, k: usize) -> bool {
+    k.is_multiple_of(128) && n.is_multiple_of(32) && k <= FP4_TILE_MAX_K
+}
+
+/// Offset of byte `b` of row `row` inside one device FP4 matrix [n, k] (cuda `fp4_w_at`).
+pub fn fp4_w_at(row: usize, b: usize, n: usize, k: usize) -> usize {
+    if fp4_tiled(n, k) {
+        (((row >> 5) * (k >> 7) + (b >> 6)) << 11) + ((row & 31) << 6) + (b & 63)
+    } else {
+        row * (k / 2) + b
+    }
+}
+
+/// FP4 weight bytes u8 [experts, n, k/2] (checkpoint order) rewritten into the device layout, in place: each
+/// 32-bit word's bits, then the rows into tiles where [`fp4_tiled`].
+pub fn fp4_device_layout(bytes: &mut [u8], experts: usize, n: usize, k: usize) {
     for c in bytes.chunks_exact_mut(4) {
         let w = fp4_device_word(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
         c.copy_from_slice(&w.to_le_bytes());
+    }
+    if !fp4_tiled(n, k) {
+        return;
+    }
+    let per = n * k / 2;
+    for m in bytes[..experts * per].chunks_exact_mut(per) {
+        let rows = m.to_vec();
+        for row in 0..n {
+            for b in 0..k / 2 {
+                m[fp4_w_at(row, b, n, k)] = rows[row * (k / 2) + b];
+            }
+        }
     }
 }
 
@@ -142,6 +172,30 @@ mod tests {
     /// bf16 bits of e2m1(n) * 2^-126 (what a decoded pair half must be).
     fn raw_bits(n: u32) -> u32 {
         ((n >> 3) & 1) << 15 | ((n >> 2) & 1) << 8 | ((n >> 1) & 1) << 7 | (n & 1) << 6
+    }
+
+    #[test]
+    fn fp4_tile_offsets_permute_each_matrix() {
+        for (n, k, tiled) in [
+            (64, 256, true),
+            (96, 4096, true),
+            (32, 8192, false),
+            (48, 256, false),
+        ] {
+            assert_eq!(fp4_tiled(n, k), tiled, "[{n}, {k}]");
+            let mut seen = vec![false; n * k / 2];
+            for row in 0..n {
+                for b in 0..k / 2 {
+                    let at = fp4_w_at(row, b, n, k);
+                    assert!(!seen[at], "[{n}, {k}] row {row} byte {b}");
+                    seen[at] = true;
+                }
+            }
+            // A warp's 128-wide chunk of 32 rows is one contiguous 2 KB when tiled.
+            if tiled {
+                assert_eq!(fp4_w_at(33, 64, n, k), (k / 128 + 1) * 2048 + 64);
+            }
+        }
     }
 
     #[test]

@@ -62,10 +62,11 @@ pub fn upload<T: dsv4_kernels::cudarc::driver::DeviceRepr>(
     g.stream.clone_htod(v).expect("upload")
 }
 
-/// FP4 expert weights (checkpoint nibble order) uploaded and put into the device layout the kernels read.
-pub fn upload_fp4(g: &GpuContext, w: &[u8]) -> CudaSlice<u8> {
+/// FP4 expert weights (checkpoint nibble order, `experts` matrices [n, k]) uploaded and put into the device
+/// layout the kernels read.
+pub fn upload_fp4(g: &GpuContext, w: &[u8], experts: usize, n: usize, k: usize) -> CudaSlice<u8> {
     let mut d = upload(g, w);
-    g.launch_fp4_to_device_layout(&g.stream, &mut d)
+    g.launch_fp4_to_device_layout(&g.stream, &mut d, experts, n, k)
         .expect("fp4 device layout");
     d
 }

@@ -81,7 +81,7 @@ pub fn run_case(
     let (dids, dx, dw, ds) = (
         upload(g, &ids),
         upload(g, &x),
-        upload_fp4(g, &w),
+        upload_fp4(g, &w, e, n, k),
         upload_fp4_scales(g, &sc, e, n, k),
     );
     let mut meta: CudaSlice<i32> = upload(g, &vec![-7i32; moe_group_meta_len(s)]);
@@ -226,7 +226,7 @@ fn fp4_expert_pair_matches_single_launches() {
         let ids = rand_ids(&mut r, b, topk, experts);
         let x = upload(&g, &rand_bf16(&mut r, b * k));
         let w: Vec<_> = (0..2)
-            .map(|_| upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2)))
+            .map(|_| upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2), experts, n, k))
             .collect();
         let sc: Vec<_> = (0..2)
             .map(|_| {
@@ -281,7 +281,7 @@ fn fp4_expert_token_bits_do_not_depend_on_its_group() {
     let (n, k, experts, b) = (72, 512, 2, 11);
     let mut r = rng(800);
     let rows = rand_bf16(&mut r, b * k);
-    let w = upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2));
+    let w = upload_fp4(&g, &rand_bytes(&mut r, experts * n * k / 2), experts, n, k);
     let sc = rand_exponents(&mut r, experts * n * k / 32, 100, 128);
     let sc = upload_fp4_scales(&g, &sc, experts, n, k);
     let run = |x: &[bf16], t: Fp4Tune| {
@@ -308,22 +308,34 @@ fn fp4_expert_token_bits_do_not_depend_on_its_group() {
     }
 }
 
-/// The device-layout rewrite against its CPU twin, on a length that is no power of two; a length that is
-/// not whole words is refused.
+/// The device-layout rewrite against its CPU twin: rows in tiles ([3, 96, 4096], [2, 64, 256]: fp4_tiled) and
+/// as in the checkpoint (K % 128 != 0, N % 32 != 0, K past FP4_TILE_MAX_K); a buffer shorter than the shape
+/// is refused.
 #[test]
 fn fp4_device_layout_matches_cpu() {
     let Some(g) = gpu() else { return };
     let mut r = rng(801);
-    let w = rand_bytes(&mut r, 4 * 300_007);
-    let mut want = w.clone();
-    reference::formats::fp4_device_layout(&mut want);
-    let got = download(&g, &upload_fp4(&g, &w));
-    assert!(
-        got == want,
-        "fp4_to_device_layout differs from the CPU twin"
-    );
-    let mut odd = upload(&g, &w[..4 * 5 + 2]);
-    assert!(g.launch_fp4_to_device_layout(&g.stream, &mut odd).is_err());
+    for (experts, n, k) in [
+        (3, 96, 4096),
+        (2, 64, 256),
+        (3, 37, 384),
+        (2, 32, 96),
+        (1, 32, 8192),
+    ] {
+        let w = rand_bytes(&mut r, experts * n * k / 2);
+        let mut want = w.clone();
+        reference::formats::fp4_device_layout(&mut want, experts, n, k);
+        let got = download(&g, &upload_fp4(&g, &w, experts, n, k));
+        assert!(
+            got == want,
+            "fp4_to_device_layout differs from the CPU twin at {experts} x [{n}, {k}]"
+        );
+    }
+    let w = rand_bytes(&mut r, 4 * 300);
+    let mut short = upload(&g, &w);
+    assert!(g
+        .launch_fp4_to_device_layout(&g.stream, &mut short, 1, 32, 128)
+        .is_err());
     // Scales: transposed words for K % 128 == 0 (awkward N), unchanged otherwise.
     for (experts, n, k) in [(3, 37, 384), (2, 19, 96), (1, 8, 4096)] {
         let sc = rand_bytes(&mut r, experts * n * k / 32);

@@ -39,7 +39,7 @@ fn same_bits_as_generic(g: &GpuContext, seed: u64, shape: &ExpertShape) {
     let xrows = if shape.x_per_slot { s } else { shape.b };
     let x = upload(g, &rand_bf16(&mut r, xrows * k));
     let w: Vec<_> = (0..2)
-        .map(|_| upload_fp4(g, &rand_bytes(&mut r, e * n * k / 2)))
+        .map(|_| upload_fp4(g, &rand_bytes(&mut r, e * n * k / 2), e, n, k))
         .collect();
     let sc: Vec<_> = (0..2)
         .map(|_| {

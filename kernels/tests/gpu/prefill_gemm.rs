@@ -300,7 +300,10 @@ pub fn fp4_groups(
         .map(|gi| {
             let w = rand_bytes(r, experts * n * k / 2);
             let sc = rand_exponents(r, experts * n * k / 32, 100, 128);
-            let (dw, ds) = (upload_fp4(g, &w), upload_fp4_scales(g, &sc, experts, n, k));
+            let (dw, ds) = (
+                upload_fp4(g, &w, experts, n, k),
+                upload_fp4_scales(g, &sc, experts, n, k),
+            );
             let out: CudaSlice<f32> = upload(g, &vec![f32::NAN; slots * n]);
             (p.x[gi], p.w[gi], p.s[gi], p.out[gi]) = (x, dp(g, &dw), dp(g, &ds), dp(g, &out));
             p.n[gi] = n as i32;
