@@ -28,7 +28,8 @@
 //          loaded), each a bf16 bit pattern (value * 2^-126) from the device layout's rotation and mask
 //          (fp4_pairs, common.cuh), then one packed bf16 multiply by 2^126 * S (exact: power of two). That
 //          decode is what bounds the kernel once the loads are in flight: the integer pipe runs at half rate.
-// Weights: Wq and S are in the device layouts (fp4_layout.cu), not the checkpoint's order.
+// Weights: Wq and S are in the device layouts (fp4_layout.cu), not the checkpoint's order: bits moved within each
+//          word, and (fp4_tiled) the rows in 2 KB tiles, a warp's chunk of 32 rows contiguous (fp4_w_at).
 // Default tuning (Fp4Tune::for_shape, after v5 and the scale layout): mt2 at every batch, kw = chunks / 8
 //          clamped to 1..4 (kbench 2026-11-30: 32-row warps now beat 16-row ones at batch 1 too).
 // Constraints: K % 32 == 0, scale exponent byte <= 128 (scale <= 2; real scales are far smaller), E <= 1024.
