@@ -187,7 +187,13 @@ fn run_cases(
 #[test]
 fn fp4_expert_every_variant() {
     let Some(g) = gpu() else { return };
-    let cases = [(8, 2, 4, 33, 1024, false), (3, 6, 8, 150, 160, true)];
+    // The last two in 2 KB tiles (fp4_tiled): 16-row warps' rows and both full and partial blocks there too.
+    let cases = [
+        (8, 2, 4, 33, 1024, false),
+        (3, 6, 8, 150, 160, true),
+        (8, 2, 4, 96, 1024, false),
+        (3, 6, 8, 160, 256, true),
+    ];
     run_cases(&g, 400, &cases, &every_tune());
 }
 
@@ -202,6 +208,7 @@ fn fp4_expert_small_batches_every_variant() {
         (1, 6, 8, 77, 1056, true),
         (2, 4, 4, 50, 224, false),
         (9, 1, 1, 40, 256, false),
+        (1, 6, 8, 64, 512, false), // tiled
     ];
     run_cases(&g, 500, &cases, &every_tune());
 }
