@@ -107,7 +107,7 @@ __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) { return __byte_
 // word: 4 rotations and 5 masks for the 4 pairs, where the checkpoint layout needs 7 shifts and 8 masks.
 // Why: the routed-expert kernels are bound by this decode's integer work (ncu: ALU pipe 72%, issue 76%).
 // Why (2I, 2I + 1): a pair is then a bf16x2 word of x in memory order, so the MMA's x fragments are x's own
-// words (pairing (I, I + 4), as before the seventeenth session, cost two byte permutes per x word).
+// words (pairing (I, I + 4) would cost two byte permutes per x word).
 // Pair I is the bf16 bit pattern of value * 2^-126: e2m1 (sign, e1, e0, m) -> bf16 bits (15, 8, 7, 6) for weight
 // 2I, the same + 16 for weight 2I + 1. fp4_layout_dst gives where the device layout keeps each bit: the target
 // bit minus the pair's rotation (pair 3 takes e1 from a 4-bit rotation, the rest from a 12-bit one).

@@ -328,7 +328,7 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
     // always fp4_tiled), so slot i's 16 weight bytes are at wp + i 512 + j KW 2048; the scale word of row
     // row0 + lane (device scale layout) at sp + j KW 4 N, x at xp + j KW 128.
     static_assert(K % 128 == 0 && N % 32 == 0 && K <= FP4_TILE_MAX_K, "fixed shapes are tiled");
-    const u8* wp = w + (u64)e * N * KB2 + (u64)(row0 >> 5) * (K / 128) * 2048 + g * 64 + t * 16 + kw * 2048;
+    const u8* wp = w + (u64)e * N * KB2 + fp4_w_at(row0 + g, kw * 64 + t * 16, N, K);
     const u8* sp = s + (u64)e * N * (K / 32) + ((u32)kw * N + (u32)(row0 + lane)) * 4u;
     const u32 ring_s = smem_u32(&ring[0][0][tid]), sring_s = smem_u32(&sring[0][warp][lane]);
     auto issue = [&](int j) {  // j is a constant after unrolling
