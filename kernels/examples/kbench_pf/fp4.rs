@@ -201,10 +201,14 @@ pub fn bench(g: &GpuContext, copy: f64, batches: &[usize]) -> R<()> {
             let mut c = Case::new(g, bank, b, per_slot)?;
             let bytes = c.bytes(bank);
             let dflt = Fp4Tune::for_shape(&c.shape);
-            let mut rows = vec![("default +group", Kernel::Auto, 2usize, true)];
-            rows.extend(VARIANTS.iter().map(|&(l, k, mt)| (l, k, mt, false)));
-            for (label, kernel, mt, group) in rows {
-                let tune = Fp4Tune { kw: dflt.kw, mt };
+            let mut rows = vec![("default +group", Kernel::Auto, 2usize, true, dflt.kw)];
+            rows.extend(VARIANTS.iter().map(|&(l, k, mt)| (l, k, mt, false, dflt.kw)));
+            // The other K split on the generic kernel (blocks of other heights: how the last wave fills).
+            let other_kw = if dflt.kw == 4 { 2 } else { 4 };
+            rows.push(("generic mt2", Kernel::Generic, 2, false, other_kw));
+            rows.push(("generic mt1", Kernel::Generic, 1, false, other_kw));
+            for (label, kernel, mt, group, kw) in rows {
+                let tune = Fp4Tune { kw, mt };
                 let ms = time_ms(g, 20, |i| c.launch(g, bank, kernel, tune, i, group))?;
                 let gbs = bytes / ms / 1e6;
                 println!(
