@@ -7,7 +7,7 @@
 // attn_sparse_partial: block (split, head group of 16, row), 4 warps, takes keys [split*chunk, +chunk) (chunk =
 //   ceil(nkeys / splits) rounded up to whole 32-key tiles) in tiles of 32 keys staged in shared memory. On
 //   tensor cores (mma.sync m16n8k16 bf16, sm_80+, portable to sm_120): the 16 heads are the m16 rows.
-//   Per tile: S = Q K^T with warp w owning keys 8w..8w+7 (f32 accumulation of exact bf16 products, like
+//   Key rows are staged by bulk copies (one per key, sm_90+). Per tile: S = Q K^T with warp w owning keys 8w..8w+7 (f32 accumulation of exact bf16 products, like
 //   the CPU's f32 dot products); an online softmax per head (warp w: heads 4w..4w+3, lane = key, f32 expf);
 //   O += P V with warp w owning dims [w dim/4, (w+1) dim/4) and V fragments read by ldmatrix.trans. P is
 //   split into bf16 hi + lo parts (two mma each) so P V keeps ~16 mantissa bits of P instead of bf16's 8.
@@ -32,7 +32,9 @@
 //   session; ncu durations in one step of the full-size model, batch 64 / batch 1): Q.K fragments by ldmatrix,
 //   the next tile's key lookups (the CSA selection) while the current tile's copies are in flight, the copy
 //   loop without an integer division per copy (ncu at batch 64: the largest instruction share of the partial
-//   kernel): partial 52.9 -> 47.1 us / 10.0 -> 9.5 us. Merge: the first split loads issued with the weights'
+//   kernel): partial 52.9 -> 47.1 us / 10.0 -> 9.5 us. v5 (eighteenth session, same operations): each key row
+//   one bulk copy (sm_90+ cp.async.bulk, completing on an mbarrier) issued by a lane of warp 0 instead of 64
+//   16-byte cp.async spread over the block. Merge: the first split loads issued with the weights'
 //   loads, the rope angles taken by idle warps before the weights' barrier and the rotation in registers (v3:
 //   the row staged in shared memory, a rope pass by one warp between two more barriers): 18.7 -> 14.5 us /
 //   4.8 -> 4.4 us.
@@ -83,27 +85,30 @@ __device__ __forceinline__ void sp_key_rows(const AttnSparse& p, int row, int sl
         kp[threadIdx.x] = (int)threadIdx.x < nt ? attn_key_ptr(p, row, slot, nwin, t0 + threadIdx.x) : p.ring;
 }
 
-// Stages the tile's keys (rows kp, zeros past nt) as bf16 rows of ld words with cp.async, every copy issued before
-// any is waited for. v2 loaded and stored one 16-byte chunk per loop trip (a selection load and a key load in
-// series per trip: at batch 1 each block's single tile was ~16 dependent round trips). Caller: barrier before (ks
-// free, kp written), cp_async_wait<0>() and a barrier after.
-__device__ __forceinline__ void sp_issue_tile(const AttnSparse& p, u32 ks_addr, int ld, int nt,
-                                              const u16* const* kp) {
-    // Copy i = threadIdx.x + blockDim.x n is chunk c = i % per_key of key j = i / per_key, stepped without a
-    // division per copy (ncu at batch 64: the division's integer work was the loop's largest instruction share).
-    const int per_key = p.dim >> 3;  // 16-byte chunks per key
-    const int dj = blockDim.x / per_key, dc = blockDim.x - dj * per_key;
-    int j = threadIdx.x / per_key, c = threadIdx.x - j * per_key;
-    while (j < SP_TILE) {
-        cp_async16(ks_addr + (u32)(j * ld + c * 4) * 4u, kp[j] + c * 8, j < nt ? 16u : 0u);
-        j += dj;
-        c += dc;
-        if (c >= per_key) {
-            c -= per_key;
-            ++j;
+// Stages the tile's keys (rows kp; rows past nt zeroed: their probabilities are 0, and 0 x a stale NaN would not
+// be) by one bulk copy per key (sm_90+: lane j of warp 0 copies key j's dim x 2 bytes), completing on mbarrier
+// `bar`. v4 issued dim / 8 16-byte cp.async per key spread over the block (16 per thread and tile at dim 512, with
+// their address arithmetic: the largest instruction share of the kernel at batch 64, ncu sixteenth session).
+// Caller: a barrier before (ks free, kp written); mbar_wait on the tile's phase and a barrier after.
+__device__ __forceinline__ void sp_issue_tile(const AttnSparse& p, u32 ks_addr, u32* ks, int ld, int nt,
+                                              const u16* const* kp, u32 bar) {
+    const int lane = threadIdx.x & 31;
+    const u32 bytes = (u32)p.dim * 2u;
+    if (threadIdx.x < 32) {
+        if (lane == 0) {
+            fence_proxy_async();  // the previous tile's reads of ks (generic proxy) before the copies' writes
+            mbar_expect_tx(bar, bytes * (u32)nt);
+        }
+        __syncwarp();
+        if (lane < nt) bulk_g2s(ks_addr + (u32)(lane * ld) * 4u, kp[lane], bytes, bar);
+    }
+    if (nt < SP_TILE) {
+        const int words = p.dim >> 1;
+        for (int i = threadIdx.x; i < (SP_TILE - nt) * words; i += blockDim.x) {
+            const int r = i / words;
+            ks[(nt + r) * ld + (i - r * words)] = 0u;
         }
     }
-    cp_async_commit();
 }
 
 extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse p) {
@@ -120,6 +125,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     float* l_s = m_s + SP_HEADS;                    // [16] running sum
     float* c_s = l_s + SP_HEADS;                    // [16] this tile's rescale of O
     __shared__ const u16* kp[2][SP_TILE];           // key rows of the current and the next tile
+    __shared__ __align__(8) u64 kbar;               // the key tile's bulk copies complete here
     const int h0 = hg * SP_HEADS;
     const int per_head = p.dim >> 3;
     const u32 qs_addr = smem_u32(qs), ks_addr = smem_u32(ks);
@@ -147,6 +153,11 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
         m_s[threadIdx.x] = -INFINITY;
         l_s[threadIdx.x] = 0.f;
     }
+    const u32 bar = smem_u32(&kbar);
+    if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+    }
     const int dw = p.dim >> 2;       // dims of this warp in P.V
     const int ntd = dw >> 3;         // its n8 tiles (<= 16)
     float acc[16][4];
@@ -155,14 +166,16 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
 
     if (k0 < k1) sp_key_rows(p, row, slot, nwin, k0, min(SP_TILE, k1 - k0), kp[0]);
     int cur = 0;
-    for (int t0 = k0; t0 < k1; t0 += SP_TILE, cur ^= 1) {
+    u32 phase = 0;  // of kbar: one per tile
+    for (int t0 = k0; t0 < k1; t0 += SP_TILE, cur ^= 1, phase ^= 1) {
         const int nt = min(SP_TILE, k1 - t0);
-        __syncthreads();  // the previous tile's keys and probabilities are consumed; kp[cur] is written
-        sp_issue_tile(p, ks_addr, ld, nt, kp[cur]);
+        __syncthreads();  // the previous tile's keys and probabilities are consumed; kp[cur] (and kbar) written
+        sp_issue_tile(p, ks_addr, ks, ld, nt, kp[cur], bar);
         if (t0 + SP_TILE < k1)  // the next tile's lookups, while this tile's copies are in flight
             sp_key_rows(p, row, slot, nwin, t0 + SP_TILE, min(SP_TILE, k1 - t0 - SP_TILE), kp[cur ^ 1]);
-        cp_async_wait<0>();  // this thread's key (and, first time, Q) copies
-        __syncthreads();
+        cp_async_wait<0>();  // the first time, this thread's Q copies
+        mbar_wait(bar, phase);  // the tile's keys
+        __syncthreads();        // ... and the zeroed rows past nt
         // S = Q K^T for keys 8w..8w+7 of the tile.
         // Fragments by ldmatrix (the same words as one 32-bit load per register: 1.5 instructions per MMA
         // instead of 6). A: lane l gives head row l % 16 at k + 8 (l / 16); B, two k16 steps at once: lane l

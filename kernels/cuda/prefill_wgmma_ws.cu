@@ -57,29 +57,6 @@ struct PfWgmmaTma {
 };
 
 #if defined(PFW_ENABLED)
-__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// Arrives once and adds `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar),
-                 "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(u32 bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// Spins until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as completed).
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-    u32 done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
 // TMA: the box of `map` at (c0 = k, c1 = row) into shared `dst`; its bytes complete on mbarrier `bar`.
 __device__ __forceinline__ void tma_load_2d(u32 dst, const PfTmap* map, int c0, int c1, u32 bar) {
     asm volatile(

@@ -202,7 +202,11 @@ pub fn bench(g: &GpuContext, copy: f64, batches: &[usize]) -> R<()> {
             let bytes = c.bytes(bank);
             let dflt = Fp4Tune::for_shape(&c.shape);
             let mut rows = vec![("default +group", Kernel::Auto, 2usize, true, dflt.kw)];
-            rows.extend(VARIANTS.iter().map(|&(l, k, mt)| (l, k, mt, false, dflt.kw)));
+            rows.extend(
+                VARIANTS
+                    .iter()
+                    .map(|&(l, k, mt)| (l, k, mt, false, dflt.kw)),
+            );
             // The other K split on the generic kernel (blocks of other heights: how the last wave fills).
             let other_kw = if dflt.kw == 4 { 2 } else { 4 };
             rows.push(("generic mt2", Kernel::Generic, 2, false, other_kw));
