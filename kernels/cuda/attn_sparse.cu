@@ -7,8 +7,9 @@
 // attn_sparse_partial: block (split, head group of 16, row), 4 warps, takes keys [split*chunk, +chunk) (chunk =
 //   ceil(nkeys / splits) rounded up to whole 32-key tiles) in tiles of 32 keys staged in shared memory. On
 //   tensor cores (mma.sync m16n8k16 bf16, sm_80+, portable to sm_120): the 16 heads are the m16 rows.
-//   Key rows are staged by bulk copies (one per key, sm_90+). Per tile: S = Q K^T with warp w owning keys 8w..8w+7 (f32 accumulation of exact bf16 products, like
-//   the CPU's f32 dot products); an online softmax per head (warp w: heads 4w..4w+3, lane = key, f32 expf);
+//   Key rows are staged by bulk copies (one per key, sm_90+). Per tile: S = Q K^T with warp w owning keys
+//   8w..8w+7 (f32 accumulation of exact bf16 products, like the CPU's f32 dot products); an online softmax
+//   per head (warp w: heads 4w..4w+3, lane = key, f32 expf);
 //   O += P V with warp w owning dims [w dim/4, (w+1) dim/4) and V fragments read by ldmatrix.trans. P is
 //   split into bf16 hi + lo parts (two mma each) so P V keeps ~16 mantissa bits of P instead of bf16's 8.
 //   Writes per (row, split, head) the max m, the sum l and the unnormalised output (empty split: m = -inf,
