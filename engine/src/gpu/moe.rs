@@ -309,8 +309,11 @@ fn shared_on(
 /// (twelfth session, same call, graphs): batch 1 6.79 / 6.79 forking early against 7.00 / 7.01 after the
 /// routing, batch 2 8.02 / 8.03 against 8.19 / 8.19. Thirteenth session (same call, three rounds): batch 8
 /// 14.415 / 14.427 / 14.362 early against 14.509 / 14.553 / 14.503 after (-0.8%), batch 16 a tie (21.94-22.00
-/// against 21.86-22.03), batch 4 early either way: so early up to 8 rows.
-const FORK_BEFORE_GATE_ROWS: usize = 8;
+/// against 21.86-22.03), batch 4 early either way: so early up to 8 rows. Eighteenth session (`0c16ebf`'s
+/// kernels, one H200, same call, three rounds, `DSV4_MOE_FORK_EARLY_ROWS` 16 against 8): batch 9 15.06-15.07 ->
+/// 14.85-14.90, batch 12 17.42-17.55 -> 17.21-17.24, batch 16 20.07-20.10 -> 19.89-19.93 (-0.8 to -1.4%); batch
+/// 24 (after the routing either way) 25.90-25.99 against 25.83-25.97: so early up to 16 rows.
+const FORK_BEFORE_GATE_ROWS: usize = 16;
 
 /// [`FORK_BEFORE_GATE_ROWS`], or `DSV4_MOE_FORK_EARLY_ROWS` (A/B runs; 0: always after the routing).
 fn fork_before_gate_rows() -> usize {
