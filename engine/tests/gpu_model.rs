@@ -121,7 +121,7 @@ fn feed_all(b: &mut GpuBackend, seqs: &[SeqId], prompts: &[Vec<u32>]) -> Vec<Vec
 }
 
 /// A batch gives each sequence the bits it gets alone: 3 rows (the mixer's 2-3-row split, the shared expert
-/// forked before the gate) and 6 (the 4-7-row split; up to 16 rows fork before the gate).
+/// forked before the gate) and 6 (the 4-7-row split).
 #[test]
 fn batches_equal_each_alone() {
     let Some(case) = golden_or_skip() else {

@@ -301,7 +301,8 @@ fn shared_on(
     Ok(())
 }
 
-/// Up to this many rows the shared expert forks before the gate GEMV, above it after the routing.
+/// Up to this many rows the shared expert forks before the gate GEMV, above it after the routing (now: always
+/// before).
 /// Measured (H200, full-size bench, graph replay, ms/step): batch 1 forking before the gate 9.83 vs after
 /// the routing 9.92; batch 8 21.05 vs 21.02; batch 64 79.24 vs 78.83 (serial: 10.18, 21.06, 79.92). At
 /// large batches the shared expert's GEMVs compete with the gate GEMV and routing, which every routed
@@ -312,8 +313,12 @@ fn shared_on(
 /// against 21.86-22.03), batch 4 early either way: so early up to 8 rows. Eighteenth session (`0c16ebf`'s
 /// kernels, one H200, same call, three rounds, `DSV4_MOE_FORK_EARLY_ROWS` 16 against 8): batch 9 15.06-15.07 ->
 /// 14.85-14.90, batch 12 17.42-17.55 -> 17.21-17.24, batch 16 20.07-20.10 -> 19.89-19.93 (-0.8 to -1.4%); batch
-/// 24 (after the routing either way) 25.90-25.99 against 25.83-25.97: so early up to 16 rows.
-const FORK_BEFORE_GATE_ROWS: usize = 16;
+/// 24 (after the routing either way) 25.90-25.99 against 25.83-25.97: so early up to 16 rows. Then
+/// `DSV4_MOE_FORK_EARLY_ROWS` 64 against 16 (same call, three rounds): batch 24 25.30-25.36 -> 25.08-25.11,
+/// batch 32 29.94-30.01 -> 29.71-29.86, batch 48 37.21-37.64 -> 37.12-37.25, batch 64 42.35-42.44 ->
+/// 42.06-42.20 (-0.6 to -0.9%): with today's routed-expert kernels the early start wins at every batch, so the
+/// shared expert always forks before the gate (the knob's 0 still puts it after the routing).
+const FORK_BEFORE_GATE_ROWS: usize = usize::MAX;
 
 /// [`FORK_BEFORE_GATE_ROWS`], or `DSV4_MOE_FORK_EARLY_ROWS` (A/B runs; 0: always after the routing).
 fn fork_before_gate_rows() -> usize {
