@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(128) attn_sparse_partial(AttnSparse
     const u32 bar = smem_u32(&kbar);
     if (threadIdx.x == 0) {
         mbar_init(bar, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+        mbar_init_fence();
     }
     const int dw = p.dim >> 2;       // dims of this warp in P.V
     const int ntd = dw >> 3;         // its n8 tiles (<= 16)

@@ -176,7 +176,7 @@ __device__ __forceinline__ void pft_body(const PfWgmmaTma& p) {
             mbar_init(full + 8 * s, 1);   // the producer's expect_tx arrival (+ the TMA bytes)
             mbar_init(empty + 8 * s, 8);  // one arrival per consumer warp
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");  // visible to the async proxy
+        mbar_init_fence();
     }
     __syncthreads();
     pdl_wait();
