@@ -20,7 +20,7 @@ use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig};
 use crate::error::{KernelError, Result};
 
 /// Most arguments of one kernel.
-const MAX_ARGS: usize = 16;
+const MAX_ARGS: usize = 24;
 
 /// Kernel arguments by reference (no allocation): pointers to the caller's values, which must outlive
 /// the launch call (the driver copies them during `cuLaunchKernelEx`).

@@ -19,6 +19,9 @@ pub use error::{KernelError, Result};
 pub use module::{compile_ptx, ModuleSource, EMBEDDED_FATBIN, KERNEL_SOURCE};
 pub use ops::env_usize;
 pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Fixed, Fp4Mat, Fp4Tune, FP4_FIXED};
+pub use ops::fp4_routed::{
+    fp4_routed_up_fits, RoutedUpRoute, FP4_ROUTED_UP_ROWS, FP4_ROUTED_UP_SHAPE,
+};
 pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, GemvOut, GemvParams, GemvPlan,
     GemvScratch, GemvWeights, RingTune, GEMV_GROUPS, GEMV_ROW_TILE,

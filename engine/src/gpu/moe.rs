@@ -10,8 +10,8 @@ use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use dsv4_kernels::{
-    bf16, env_usize, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights, GpuContext, RouteBy,
-    RouteShape,
+    bf16, env_usize, fp4_routed_up_fits, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights,
+    GpuContext, RouteBy, RouteShape, RoutedUpRoute,
 };
 use std::sync::OnceLock;
 
@@ -42,16 +42,44 @@ pub(crate) fn check_shared_formats(w: &MoeDev, layer: usize) -> Result<(), Runne
     Ok(())
 }
 
-/// Gate logits, routing into `ws.ids` / `ws.wts` and the expert grouping into `ws.group` (routing and
-/// grouping in one launch).
-fn route(
+/// Gate logits, then (unless `fused`: the w1 / w3 launch routes) routing into `ws.ids` / `ws.wts` and the
+/// expert grouping into `ws.group` (routing and grouping in one launch).
+fn route_or_gate(
     ctx: &GpuContext,
     cfg: &ModelConfig,
     w: &MoeDev,
     ws: &mut Workspace,
     rows: usize,
+    fused: bool,
 ) -> Result<(), RunnerError> {
+    if fused {
+        return gate_logits(ctx, cfg, w, ws, rows);
+    }
     gate_route_into(ctx, cfg, w, ws, rows, true)
+}
+
+/// Up to this many rows the routed w1 / w3 launch routes the rows itself (the fused kernel, ops::fp4_routed,
+/// which takes up to 4). Every block of that launch scores every (row, expert) pair again, so the fused form
+/// pays only where the routing launch was one block's latency chain. Measured (one H200, full-size bench,
+/// graphs, 4K, 15 steps after 3, same binary, three rounds, `DSV4_MOE_FUSED_ROUTE` 0 / 4, ms per step): batch 1
+/// 6.533-6.560 -> 6.405-6.433 (-1.9%), batch 2 7.730-7.753 -> 7.891-7.911 (+2.1%), batch 4 9.913-9.965 ->
+/// 10.864-10.901 (+9.5%: 3072 blocks scoring 1024 pairs each), batch 8 (not fused) unchanged.
+const FUSED_ROUTE_ROWS: usize = 1;
+
+/// Whether the routed w1 / w3 launch routes the rows itself: FP4 banks of the compiled shape, at most
+/// [`FUSED_ROUTE_ROWS`] rows (`DSV4_MOE_FUSED_ROUTE`: another limit for A/B runs, 0 = never). The same bits as
+/// the separate routing launch.
+fn fused_route_up(cfg: &ModelConfig, w: &MoeDev, rows: usize) -> bool {
+    static MAX_ROWS: OnceLock<usize> = OnceLock::new();
+    let max_rows =
+        *MAX_ROWS.get_or_init(|| env_usize("DSV4_MOE_FUSED_ROUTE").unwrap_or(FUSED_ROUTE_ROWS));
+    let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
+    rows <= max_rows
+        && w.bank.format == ExpertFormat::Fp4
+        && fp4_routed_up_fits(
+            &route_shape(cfg, rows),
+            &expert_shape(cfg, rows, i, d, false),
+        )
 }
 
 /// Gate logits and routing into `ws.ids` (global expert ids) / `ws.wts`, without the grouping (a
@@ -145,7 +173,9 @@ pub(crate) fn expert_shape(
 }
 
 /// Routed experts: w1, w3 -> SwiGLU (x routing weight, act-quant) -> w2, per slot into `ws.ex.y_routed`.
-/// `cfg.n_routed_experts` is the bank's expert count (a tensor-parallel rank's own experts).
+/// `cfg.n_routed_experts` is the bank's expert count (a tensor-parallel rank's own experts). With
+/// `fused_route` the w1 / w3 launch also routes and groups the rows (the gate logits are in `ws.gate` and no
+/// routing launch ran: see [`fused_route_up`]).
 pub(crate) fn routed(
     ctx: &GpuContext,
     cfg: &ModelConfig,
@@ -153,6 +183,7 @@ pub(crate) fn routed(
     ws: &mut Workspace,
     rows: usize,
     quant: bool,
+    fused_route: bool,
 ) -> Result<(), RunnerError> {
     let s = &ctx.stream;
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
@@ -161,7 +192,18 @@ pub(crate) fn routed(
     let x = if quant { &ws.io.aq } else { &ws.io.a };
     let up = expert_shape(cfg, rows, i, d, false);
     let (g, u) = (GemvOut::f32(&mut ws.ex.g, s), GemvOut::f32(&mut ws.ex.u, s));
-    expert_up(ctx, s, &up, x, b, &ws.group, [g, u])?;
+    if fused_route {
+        let route = RoutedUpRoute {
+            shape: route_shape(cfg, rows),
+            logits: &ws.gate,
+            by: route_by(w, &ws.tokens),
+        };
+        let [m1, m3] = fp4_pair(b, [g, u]);
+        let (ids, wts, meta) = (&mut ws.ids, &mut ws.wts, &mut ws.group);
+        ctx.launch_fp4_routed_up(s, route, ids, wts, meta, &up, x, [m1, m3])?;
+    } else {
+        expert_up(ctx, s, &up, x, b, &ws.group, [g, u])?;
+    }
     let slots = rows * cfg.num_experts_per_tok;
     let lim = cfg.swiglu_limit;
     ctx.launch_moe_swiglu(
@@ -179,6 +221,23 @@ pub(crate) fn routed(
     let out = GemvOut::f32(&mut ws.ex.y_routed, s);
     expert_down(ctx, s, &down, &ws.ex.h, b, &ws.group, out)?;
     Ok(())
+}
+
+/// The w1 and w3 matrices of an FP4 bank with their outputs.
+fn fp4_pair<'a>(bank: &'a ExpertBank, outs: [GemvOut<'a>; 2]) -> [Fp4Mat<'a, CudaSlice<u8>>; 2] {
+    let [g, u] = outs;
+    [
+        Fp4Mat {
+            w: &bank.w1,
+            scale: &bank.s1,
+            out: g,
+        },
+        Fp4Mat {
+            w: &bank.w3,
+            scale: &bank.s3,
+            out: u,
+        },
+    ]
 }
 
 /// The w2 (down) GEMV of `bank`, in the bank's format.
@@ -216,17 +275,7 @@ fn expert_up(
     let [g, u] = outs;
     match bank.format {
         ExpertFormat::Fp4 => {
-            let m1 = Fp4Mat {
-                w: &bank.w1,
-                scale: &bank.s1,
-                out: g,
-            };
-            let m3 = Fp4Mat {
-                w: &bank.w3,
-                scale: &bank.s3,
-                out: u,
-            };
-            ctx.launch_fp4_expert_pair(s, shape, x, [m1, m3], group, None)?;
+            ctx.launch_fp4_expert_pair(s, shape, x, fp4_pair(bank, [g, u]), group, None)?;
         }
         ExpertFormat::Bf16 => {
             let (w1, w3) = (bf16_view(&bank.w1)?, bf16_view(&bank.w3)?);
@@ -348,8 +397,9 @@ pub fn forward(
     // FP8 round trip of the SwiGLU output) feeds FP4 experts / FP8 shared experts only.
     let official = numerics == Numerics::Official;
     let early = rows <= fork_before_gate_rows();
+    let fused = fused_route_up(cfg, w, rows);
     if !early {
-        route(ctx, cfg, w, ws, rows)?;
+        route_or_gate(ctx, cfg, w, ws, rows, fused)?;
     }
     let side = ws.side.stream.clone();
     ws.side.fork.record(&ctx.stream)?;
@@ -357,10 +407,10 @@ pub fn forward(
     shared_on(ctx, &side, cfg, w, ws, rows, official)?;
     ws.side.join.record(&side)?;
     if early {
-        route(ctx, cfg, w, ws, rows)?;
+        route_or_gate(ctx, cfg, w, ws, rows, fused)?;
     }
     hook("moe.route", ws)?;
-    routed(ctx, cfg, w, ws, rows, official)?;
+    routed(ctx, cfg, w, ws, rows, official, fused)?;
     hook("moe.routed", ws)?;
     ctx.stream.wait(&ws.side.join)?;
     hook("moe.shared", ws)

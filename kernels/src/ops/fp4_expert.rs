@@ -317,7 +317,7 @@ pub struct Fp4Mat<'a, W: DevicePtr<u8>> {
 }
 
 /// The buffer lengths of one matrix for `shape`.
-fn check_mat<W: DevicePtr<u8>>(shape: &ExpertShape, m: &Fp4Mat<'_, W>) -> Result<()> {
+pub(super) fn check_mat<W: DevicePtr<u8>>(shape: &ExpertShape, m: &Fp4Mat<'_, W>) -> Result<()> {
     let (e, n, k, s) = (shape.experts, shape.n, shape.k, shape.slots());
     check(NAME, m.w.len() >= e * n * k / 2, || {
         format!("w has {} bytes, need {}", m.w.len(), e * n * k / 2)

@@ -8,6 +8,7 @@ pub mod attn_params;
 pub mod bf16_expert;
 pub mod fp4_expert;
 pub mod fp4_layout;
+pub mod fp4_routed;
 pub mod gemv;
 pub(crate) mod gemv_plan;
 pub mod gemv_ring;

@@ -27,7 +27,7 @@ pub enum RouteBy<'a, T: DevicePtr<i32>, B: DevicePtr<f32>> {
 }
 
 /// The checked kernel arguments shared by `moe_route` and `moe_route_group`, in their order.
-struct RouteArgs {
+pub(super) struct RouteArgs {
     logits: u64,
     bias: u64,
     table: u64,
@@ -41,14 +41,14 @@ struct RouteArgs {
 impl RouteArgs {
     /// Appends (logits, bias, tid2eid, tokens, E, topk, scale, ids, wts), the arguments both kernels
     /// start with.
-    fn push<'a>(&'a self, l: &mut Args<'a>, scale: &'a f32) {
+    pub(super) fn push<'a>(&'a self, l: &mut Args<'a>, scale: &'a f32) {
         l.arg(&self.logits).arg(&self.bias).arg(&self.table);
         l.arg(&self.tokens).arg(&self.e).arg(&self.topk);
         l.arg(scale).arg(&self.ids).arg(&self.wts);
     }
 }
 
-fn route_args<T: DevicePtr<i32>, B: DevicePtr<f32>>(
+pub(super) fn route_args<T: DevicePtr<i32>, B: DevicePtr<f32>>(
     stream: &CudaStream,
     s: &RouteShape,
     logits: &impl DevicePtr<f32>,

@@ -17,4 +17,5 @@ mod prefill_index;
 mod prefill_swiglu;
 mod prefill_wgmma;
 mod prefill_wgmma_fp4;
+mod routed_up;
 mod split;

@@ -181,7 +181,7 @@ impl Rank {
         if !tpb.experts.is_empty() {
             let shape = moe::expert_shape(&self.moe_cfg, rows, 0, 0, false);
             g.launch_moe_group(s, &shape, &t.local, &mut ws.group)?;
-            moe::routed(g, &self.moe_cfg, &blk.moe, ws, rows, quant)?;
+            moe::routed(g, &self.moe_cfg, &blk.moe, ws, rows, quant, false)?;
         }
         if tpb.shared {
             moe::shared(g, cfg, &blk.moe, ws, rows, quant)?;

@@ -79,7 +79,8 @@ pub fn time_steps(
     Ok(f64::from(start.elapsed_ms(&end)?) / steps as f64)
 }
 
-/// Distinct routed experts selected per layer, summed over layers, in one eager step.
+/// Distinct routed experts selected per layer, summed over layers, in one eager step. The ids are read after
+/// the routed experts: at batch 1 their first launch does the routing (engine gpu/moe.rs `fused_route_up`).
 pub fn distinct_experts(model: &mut GpuModel, inp: &Inputs) -> anyhow::Result<usize> {
     let rows = inp.tokens.len();
     model.upload(&inp.step(), rows)?;
@@ -88,7 +89,7 @@ pub fn distinct_experts(model: &mut GpuModel, inp: &Inputs) -> anyhow::Result<us
     let mut total = 0usize;
     let mut ids = vec![0i32; slots];
     model.step_with(rows, &mut |name, ws| {
-        if name == "moe.route" {
+        if name == "moe.routed" {
             stream.memcpy_dtoh(&ws.ids.slice(..slots), &mut ids)?;
             stream.synchronize()?;
             total += ids.iter().collect::<HashSet<_>>().len();
