@@ -68,7 +68,7 @@ impl Fp4Tune {
     }
 
     /// Rows of one expert that a block of 4 warps covers.
-    fn block_rows(&self) -> usize {
+    pub(super) fn block_rows(&self) -> usize {
         16 * self.mt * 4 / self.kw
     }
 }

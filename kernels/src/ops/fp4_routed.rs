@@ -21,13 +21,14 @@ pub const FP4_ROUTED_UP_ROWS: usize = 4;
 const SLOTS_MAX: usize = 32;
 /// Most experts: the block's score scratch holds 4 rows of 256.
 const EXPERTS_MAX: usize = 256;
+/// The K split and row tile compiled into the kernel (fp4_expert_n2048k4096w4's: the shape's default).
+const FUSED_TUNE: Fp4Tune = Fp4Tune { kw: 4, mt: 2 };
 
 /// Whether one fused launch can route `route` and run the w1 / w3 pair of `shape`: the compiled shape with its
 /// default K split, the same rows, top-k and experts, and a batch the block's routing covers.
 pub fn fp4_routed_up_fits(route: &RouteShape, shape: &ExpertShape) -> bool {
-    let tune = Fp4Tune::for_shape(shape);
     (shape.n, shape.k) == FP4_ROUTED_UP_SHAPE
-        && tune == Fp4Tune { kw: 4, mt: 2 }
+        && Fp4Tune::for_shape(shape) == FUSED_TUNE
         && !shape.x_per_slot
         && (shape.b, shape.topk, shape.experts) == (route.rows, route.topk, route.experts)
         && (1..=FP4_ROUTED_UP_ROWS).contains(&route.rows)
@@ -90,7 +91,7 @@ impl GpuContext {
         );
         let (xp, mp) = (ptr(x, stream), ptr_mut(meta, stream));
         let (out_bf16, rows) = (a.out.bf16, int(NAME, "rows", rs.rows)?);
-        let block_rows = 16 * 2 * 4 / 4; // Fp4Tune { kw: 4, mt: 2 }: 32 rows a block
+        let block_rows = FUSED_TUNE.block_rows();
         let cfg = LaunchConfig {
             grid_dim: (
                 grid(NAME, shape.n / block_rows)?,
