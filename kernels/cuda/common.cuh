@@ -257,6 +257,16 @@ __device__ __forceinline__ u32 smem_u32(const void* p) {
     return a;
 }
 
+// 16 bytes from a 32-bit shared-memory address (volatile, as ldmatrix: kept in order with the barriers that
+// publish what it reads).
+__device__ __forceinline__ uint4 lds128(u32 a) {
+    uint4 r;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "r"(a));
+    return r;
+}
+
 // Four 8x8 b16 matrices from shared memory (ldmatrix, sm_75+); lane l supplies the row address of matrix l / 8.
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"

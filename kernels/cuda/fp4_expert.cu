@@ -307,6 +307,14 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
     }
 }
 
+#define FP4_XS_COLS 2  // XS passes: columns of x in shared memory (a decode group rarely holds more)
+
+// fp4_expert_fixed's x source when x is in global memory (every launch but the fused SwiGLU one): nothing to do.
+struct Fp4NoXs {
+    u32 addr = 0;
+    __device__ __forceinline__ void prepare(const i32*, int) {}
+};
+
 // The model's routed-expert shapes with every size a compile-time constant (v6): N rows, K inputs, KW warps over
 // K, 32-row warps, N % (128 / KW) == 0 (every row of every block exists) and K % (128 KW) == 0 (every warp runs
 // M = K / (128 KW) whole chunks). The same copies, products and sums in the same order as fp4_expert_body<2,
@@ -315,13 +323,18 @@ __device__ __forceinline__ void fp4_expert_body(const u16* __restrict__ x, const
 // ring slots are constants. (The generic body recomputes per chunk, from the parameters, the per-slot offsets,
 // validity bits, ring indices and x address: ~90 of its 383 SASS instructions per chunk, half of them on the
 // integer ALU pipe that bounds it.)
-template <int N, int K, int KW>
+// XS (moe_swiglu_down.cu): x is not read from global memory but made per pass by `xsrc.prepare` (the SwiGLU of the
+// pass's slots) into shared memory, FP4_XS_COLS columns a pass; the same products and sums per column, so each
+// output has the bits it has with x in global memory.
+template <int N, int K, int KW, bool XS = false, class XSrc = Fp4NoXs>
 __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, const u8* __restrict__ w,
                                                  const u8* __restrict__ s, const i32* __restrict__ meta,
                                                  void* __restrict__ out, int S, int topk, int x_per_slot,
                                                  int out_bf16, uint4 (&ring)[FP4_ST][4][FP4_WARPS * 32],
-                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32]) {
+                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32], XSrc xsrc = XSrc()) {
     constexpr int MT = 2, KB2 = K / 2, M = K / (128 * KW);
+    constexpr int PC = XS ? FP4_XS_COLS : 8;  // columns a pass (8: the mma's n8 tile)
+    static_assert(!XS || KW > 1, "XS needs fp4_finish's closing barrier before the next pass rewrites x");
     static_assert(K % (128 * KW) == 0 && N % (16 * MT * FP4_WARPS / KW) == 0, "not a fixed shape");
     FP4_BLOCK_PLACE(MT, KW)
     // This warp's chunk j is c = kw + j KW: its 32 rows are one band of 2 KB tiles (fp4_w_at; the fixed shapes are
@@ -339,7 +352,7 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
         cp_async4(sring_s + (u32)(j % FP4_SST) * (FP4_WARPS * 32 * 4), sp + (u64)j * KW * 4 * N, 4u);
     };
 
-    for (int c0 = 0; c0 < cnt; c0 += 8) {
+    for (int c0 = 0; c0 < cnt; c0 += PC) {
         const int col = min(c0 + g, cnt - 1);  // padding columns read the group's last token
         const int xs = slots[s0 + col];
         const u16* xp = x + (u64)(x_per_slot ? xs : xs / topk) * K + kw * 128 + t * 32;
@@ -350,6 +363,14 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
         for (int j = 0; j < FP4_ST - 1; ++j) {
             if (j < M) issue(j);
             cp_async_commit();
+        }
+        int pend = cnt;  // the pass stores columns c0 .. pend (XS: only its own; else every one up to c0 + 8)
+        u32 xa = 0;      // XS: this lane's x in shared memory (its column, K offset)
+        if constexpr (XS) {
+            const int np = min(PC, cnt - c0);  // real columns of this pass
+            xsrc.prepare(slots + s0 + c0, np);  // ends with a block barrier: x complete
+            xa = xsrc.addr + (u32)((min(g, np - 1) * K + kw * 128 + t * 32) * 2);
+            pend = c0 + np;
         }
 #pragma unroll
         for (int j = 0; j < M; ++j) {
@@ -364,12 +385,19 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
 #pragma unroll
             for (int i = 0; i < 2 * MT; ++i)
                 f[i] = scale_pair(byte_perm(sring[j % FP4_SST][warp][8 * i + g], 0u, 0x4440u | (u32)t));
-            fp4_chunk<MT>(acc, wv, f, xp + j * KW * 128);
+            if constexpr (XS) {
+                uint4 xv[4];
+#pragma unroll
+                for (int q = 0; q < 4; ++q) xv[q] = lds128(xa + (u32)((j * KW * 128 + 8 * q) * 2));
+                fp4_chunk_x<MT>(acc, wv, f, xv);
+            } else {
+                fp4_chunk<MT>(acc, wv, f, xp + j * KW * 128);
+            }
         }
         cp_async_wait<0>();
         __syncwarp();  // the next pass rewrites scale slots other lanes read in this one
         pdl_trigger();  // the next kernel's start overlaps the reduction and store (idempotent per block)
-        fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, cnt, slots + s0, out, out_bf16);
+        fp4_finish<MT>(acc, &ring[0][0][0], KW, kw, warp, row0, N, c0, pend, slots + s0, out, out_bf16);
     }
 }
 

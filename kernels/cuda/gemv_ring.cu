@@ -36,14 +36,6 @@ __device__ __forceinline__ void gv_wait_n(int n) {
     else cp_async_wait<3>();
 }
 
-__device__ __forceinline__ uint4 gv_lds128(u32 a) {
-    uint4 r;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "r"(a));
-    return r;
-}
-
 // Swizzled byte offset of 16-byte chunk q (0..7) of stage row r: odd rows swap the two 64-byte halves, so the
 // 8 lanes of a quarter warp (rows g, g+1 x chunks 4c + t) hit 8 distinct 16-byte bank groups.
 __device__ __forceinline__ u32 gv_wofs(int r, int q) { return (u32)(r * 128 + ((q ^ ((r & 1) << 2)) << 4)); }
@@ -94,8 +86,8 @@ __device__ __forceinline__ void ring_fp8_step(float* acc, u32 ws, u32 xs, int wr
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
             const int r = wr0 + mt * 16 + g;
-            const uint4 w0 = gv_lds128(ws + gv_wofs(r, c * 4 + t));
-            const uint4 w1 = gv_lds128(ws + gv_wofs(r + 8, c * 4 + t));
+            const uint4 w0 = lds128(ws + gv_wofs(r, c * 4 + t));
+            const uint4 w1 = lds128(ws + gv_wofs(r + 8, c * 4 + t));
 #pragma unroll
             for (int st = 0; st < 4; ++st)  // bytes reordered (b0, b2, b1, b3): lo = (b0, b1), hi = (b2, b3)
                 fp8_frag<true>(a[st][mt], w0, w1, st, f);
@@ -103,7 +95,7 @@ __device__ __forceinline__ void ring_fp8_step(float* acc, u32 ws, u32 xs, int wr
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const u32 xp = xs + (j * 8 + g) * GEMV_XS_FP8 + (c * 64 + t * 16) * 2;
-            const uint4 x0 = gv_lds128(xp), x1 = gv_lds128(xp + 16);
+            const uint4 x0 = lds128(xp), x1 = lds128(xp + 16);
             const u32 X[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
             for (int st = 0; st < 4; ++st)  // b0 = (x[4st], x[4st+1]), b1 = (x[4st+2], x[4st+3]): as stored
@@ -123,12 +115,12 @@ __device__ __forceinline__ void ring_bf16_step(float* acc, u32 ws, u32 xs, int w
         uint4 wv[MT][2];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-            wv[mt][0] = gv_lds128(ws + gv_wofs(wr0 + mt * 16 + g, c * 4 + t));
-            wv[mt][1] = gv_lds128(ws + gv_wofs(wr0 + mt * 16 + g + 8, c * 4 + t));
+            wv[mt][0] = lds128(ws + gv_wofs(wr0 + mt * 16 + g, c * 4 + t));
+            wv[mt][1] = lds128(ws + gv_wofs(wr0 + mt * 16 + g + 8, c * 4 + t));
         }
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            const uint4 xv = gv_lds128(xs + (j * 8 + g) * GEMV_XS_BF16 + c * 64 + t * 16);
+            const uint4 xv = lds128(xs + (j * 8 + g) * GEMV_XS_BF16 + c * 64 + t * 16);
 #pragma unroll
             for (int st = 0; st < 2; ++st)
 #pragma unroll

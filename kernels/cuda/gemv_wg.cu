@@ -178,8 +178,8 @@ __device__ __forceinline__ void gwg_step(float (&acc)[NT * 4], u32 st, int wr, u
     const u32 ws = st + GWG_XBYTES(NT, FP8);
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-        const uint4 w0 = gv_lds128(ws + gv_wofs(wr + g, c * 4 + t));
-        const uint4 w1 = gv_lds128(ws + gv_wofs(wr + g + 8, c * 4 + t));
+        const uint4 w0 = lds128(ws + gv_wofs(wr + g, c * 4 + t));
+        const uint4 w1 = lds128(ws + gv_wofs(wr + g + 8, c * 4 + t));
         u32 a[S][4];
 #pragma unroll
         for (int s = 0; s < S; ++s) {

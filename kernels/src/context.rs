@@ -22,6 +22,8 @@ pub struct Kernels {
     pub fp4_expert_fixed: Vec<(crate::ops::fp4_expert::Fp4Fixed, CudaFunction)>,
     /// fp4_routed_up_n2048k4096w4: the w1 / w3 pair with the routing in the same launch (ops::fp4_routed).
     pub fp4_routed_up: CudaFunction,
+    /// fp4_swiglu_down_n4096k2048w2: the routed w2 with the SwiGLU in the same launch (ops::fp4_swiglu_down).
+    pub fp4_swiglu_down: CudaFunction,
     /// fp4_to_device_layout: FP4 expert weights into the layout the expert kernels decode (ops::fp4_layout).
     pub fp4_layout: CudaFunction,
     /// fp4_rows_to_tiles: then their rows into 2 KB tiles where the shape allows (ops::fp4_layout).
@@ -52,8 +54,10 @@ impl Kernels {
             .map(|f| Ok((*f, get(f.name)?)))
             .collect::<Result<Vec<_>>>()?;
         let fp4_routed_up = get("fp4_routed_up_n2048k4096w4")?;
+        let fp4_swiglu_down = get("fp4_swiglu_down_n4096k2048w2")?;
         let fixed = fp4_expert_fixed.iter().map(|(_, f)| f);
-        for f in fp4_expert.iter().chain(fixed).chain([&fp4_routed_up]) {
+        let fused = [&fp4_routed_up, &fp4_swiglu_down];
+        for f in fp4_expert.iter().chain(fixed).chain(fused) {
             // Their cp.async rings set the blocks per SM (7 or 8): ask for the largest shared-memory carveout.
             f.set_attribute(
                 CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
@@ -67,6 +71,7 @@ impl Kernels {
             fp4_expert,
             fp4_expert_fixed,
             fp4_routed_up,
+            fp4_swiglu_down,
             fp4_layout: get("fp4_to_device_layout")?,
             fp4_tiles: get("fp4_rows_to_tiles")?,
             fp4_scales_layout: get("fp4_scales_to_device_layout")?,

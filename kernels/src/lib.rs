@@ -22,6 +22,7 @@ pub use ops::fp4_expert::{moe_group_meta_len, ExpertShape, Fp4Fixed, Fp4Mat, Fp4
 pub use ops::fp4_routed::{
     fp4_routed_up_fits, RoutedUpRoute, FP4_ROUTED_UP_ROWS, FP4_ROUTED_UP_SHAPE,
 };
+pub use ops::fp4_swiglu_down::{fp4_swiglu_down_fits, SwigluIn, FP4_SWIGLU_DOWN_SHAPE};
 pub use ops::gemv::{
     gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len, GemvOut, GemvParams, GemvPlan,
     GemvScratch, GemvWeights, RingTune, GEMV_GROUPS, GEMV_ROW_TILE,

@@ -10,8 +10,8 @@ use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream, CudaView};
 use dsv4_kernels::{
-    bf16, env_usize, fp4_routed_up_fits, ExpertShape, Fp4Mat, GemvOut, GemvPath, GemvWeights,
-    GpuContext, RouteBy, RouteShape, RoutedUpRoute,
+    bf16, env_usize, fp4_routed_up_fits, fp4_swiglu_down_fits, ExpertShape, Fp4Mat, GemvOut,
+    GemvPath, GemvWeights, GpuContext, RouteBy, RouteShape, RoutedUpRoute, SwigluIn,
 };
 use std::sync::OnceLock;
 
@@ -204,8 +204,26 @@ pub(crate) fn routed(
     } else {
         expert_up(ctx, s, &up, x, b, &ws.group, [g, u])?;
     }
-    let slots = rows * cfg.num_experts_per_tok;
+    let down = expert_shape(cfg, rows, d, i, true);
     let lim = cfg.swiglu_limit;
+    if fused_swiglu_down(b, &down) {
+        let sw = SwigluIn {
+            g: &ws.ex.g,
+            u: &ws.ex.u,
+            wt: Some(&ws.wts),
+            limit: lim,
+            quant,
+        };
+        let out = GemvOut::f32(&mut ws.ex.y_routed, s);
+        let w2 = Fp4Mat {
+            w: &b.w2,
+            scale: &b.s2,
+            out,
+        };
+        ctx.launch_fp4_swiglu_down(s, &down, sw, w2, &ws.group)?;
+        return Ok(());
+    }
+    let slots = rows * cfg.num_experts_per_tok;
     ctx.launch_moe_swiglu(
         s,
         slots,
@@ -217,10 +235,27 @@ pub(crate) fn routed(
         Some(&ws.wts),
         &mut ws.ex.h,
     )?;
-    let down = expert_shape(cfg, rows, d, i, true);
     let out = GemvOut::f32(&mut ws.ex.y_routed, s);
     expert_down(ctx, s, &down, &ws.ex.h, b, &ws.group, out)?;
     Ok(())
+}
+
+/// Up to this many rows the routed w2 launch makes the SwiGLU itself (ops::fp4_swiglu_down): each block makes
+/// its group's SwiGLU while its first weight chunks are in flight, which pays while the SwiGLU launch was latency
+/// on the critical path. Measured (one H200, full-size bench, graphs, 4K, same binary, `DSV4_MOE_FUSED_SWIGLU`
+/// 0 / 64, ms per step): batch 1 6.403-6.411 -> 6.320-6.325 (-1.3%, three rounds), batch 2 7.740 / 7.746 ->
+/// 7.629 / 7.621 (-1.5%), batch 4 9.953 / 9.969 -> 9.813 / 9.812 (-1.5%), batch 8 13.573 / 13.584 -> 13.637 /
+/// 13.647 (+0.5%: ~3 waves of blocks, each remaking its SwiGLU).
+const FUSED_SWIGLU_ROWS: usize = 4;
+
+/// Whether the routed w2 launch makes the SwiGLU itself: FP4 banks of the compiled shape, at most
+/// [`FUSED_SWIGLU_ROWS`] rows (`DSV4_MOE_FUSED_SWIGLU`: another limit for A/B runs, 0 = never). The same bits
+/// as the separate SwiGLU launch.
+fn fused_swiglu_down(bank: &ExpertBank, down: &ExpertShape) -> bool {
+    static MAX_ROWS: OnceLock<usize> = OnceLock::new();
+    let max_rows =
+        *MAX_ROWS.get_or_init(|| env_usize("DSV4_MOE_FUSED_SWIGLU").unwrap_or(FUSED_SWIGLU_ROWS));
+    down.b <= max_rows && bank.format == ExpertFormat::Fp4 && fp4_swiglu_down_fits(down)
 }
 
 /// The w1 and w3 matrices of an FP4 bank with their outputs.

@@ -9,6 +9,7 @@ pub mod bf16_expert;
 pub mod fp4_expert;
 pub mod fp4_layout;
 pub mod fp4_routed;
+pub mod fp4_swiglu_down;
 pub mod gemv;
 pub(crate) mod gemv_plan;
 pub mod gemv_ring;

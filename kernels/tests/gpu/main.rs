@@ -19,3 +19,4 @@ mod prefill_wgmma;
 mod prefill_wgmma_fp4;
 mod routed_up;
 mod split;
+mod swiglu_down;
