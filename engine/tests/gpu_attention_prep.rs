@@ -339,7 +339,16 @@ fn row_reference(x: &[f32], groups: usize, rows: usize, width: usize, blk: usize
 fn row_prep_without_norm_is_the_reference_bits() {
     let Some(ctx) = gpu() else { return };
     let s = &ctx.stream;
-    for (groups, rows, width) in [(3, 300, 256), (8, 129, 1024), (1, 131, 4096), (2, 200, 192)] {
+    let shapes = [
+        (3, 300, 256),
+        (8, 129, 1024),
+        (1, 131, 4096),
+        (2, 200, 192),
+        (8, 1, 1024),
+        (8, 3, 1024),
+        (1, 1, 4096),
+    ];
+    for (groups, rows, width) in shapes {
         let n = rows * groups * width;
         // Magnitudes over many binades, so the blocks' scales differ.
         let x: Vec<f32> = (0..n)
@@ -385,6 +394,54 @@ fn row_prep_without_norm_is_the_reference_bits() {
                 .count();
             println!("row_prep {groups}x{rows}x{width} f32 {x_f32} blk {blk} wide {wide}: {bad} of {n} differ");
             assert_eq!(bad, 0);
+        }
+    }
+}
+
+/// attn_row_prep with a norm (the q_lora norm before wq_b) on both kernels, with and without the quantiser:
+/// attn_row_norm_quant (a warp per 128-value block, `wide`) and the shared-row attn_row_prep give the same bits,
+/// from one row (decode) to many, at widths up to the warp kernel's 2048.
+#[test]
+fn row_prep_with_norm_both_kernels_same_bits() {
+    let Some(ctx) = gpu() else { return };
+    let s = &ctx.stream;
+    for (seed, (rows, width)) in [(1, 1024), (3, 1536), (8, 2048), (200, 512), (1, 128)]
+        .into_iter()
+        .enumerate()
+    {
+        let n = rows * width;
+        let x: Vec<f32> = (0..n)
+            .map(|i| rnd(i, 20 + seed) * 2f32.powi((i / 128 % 13) as i32 - 6))
+            .collect();
+        let w: Vec<f32> = (0..width).map(|i| 1.0 + 0.5 * rnd(i, 40 + seed)).collect();
+        let x_dev = s.clone_htod(&x).expect("htod");
+        let w_dev = s.clone_htod(&w).expect("htod");
+        for blk in [128, 0] {
+            let outs: Vec<Vec<u16>> = [true, false]
+                .into_iter()
+                .map(|wide| {
+                    let mut out = s.alloc_zeros::<bf16>(n).expect("alloc");
+                    let p = dsv4_kernels::attn::AttnRowPrep {
+                        x: x_dev.device_ptr(s).0,
+                        norm_w: w_dev.device_ptr(s).0,
+                        out: out.device_ptr_mut(s).0,
+                        x_f32: 1,
+                        groups: 1,
+                        rows: rows as i32,
+                        width: width as i32,
+                        quant_blk: blk,
+                        eps: EPS,
+                    };
+                    // SAFETY: x holds rows x width f32, norm_w width f32, out rows x width bf16.
+                    unsafe { ctx.launch_attn_row_prep_on(s, &p, wide) }.expect("launch");
+                    let got = s.clone_dtoh(&out).expect("dtoh");
+                    got.iter().map(|v| v.to_bits()).collect()
+                })
+                .collect();
+            let bad = outs[0].iter().zip(&outs[1]).filter(|(a, b)| a != b).count();
+            println!("row_prep norm {rows}x{width} blk {blk}: {bad} of {n} differ");
+            assert_eq!(bad, 0, "{rows}x{width} blk {blk}");
+            assert!(outs[0].iter().any(|&v| v != 0), "{rows}x{width}: all zero");
         }
     }
 }

@@ -5,7 +5,9 @@
 //   is a plain copy); then optionally RMSNorm with weight, then optionally the FP8 activation fake-quant in blocks of `quant_blk` (official numerics, feeding an
 //   FP8 GEMM). x is f32 or bf16. Launch: grid (rows, chunks), block 256; G*width <= 8192 (shared row).
 //   Without a norm the row is cut into `chunks` pieces of whole quant blocks (one block per piece: the 8192-wide
-//   wo_b input no longer runs on one SM per row); with a norm chunks must be 1.
+//   wo_b input no longer runs on one SM per row); with a norm chunks must be 1. attn_row_quant (no norm) and
+//   attn_row_norm_quant (a norm, one f32 group) give the same bits with a warp per 128-value block and no
+//   shared row: the host takes them wherever the shape allows, at every row count (decode too).
 // attn_vec_prep: per (vector, row) of `dim` channels (q heads, indexer q heads, the kv row):
 //   [RMS with weight | weightless RMS] -> RoPE at the row's position -> quant mode -> bf16 store,
 //   either at out[(row*nvec + v)*dim] or, in ring mode, at the window ring row slot*window + pos % window.
@@ -77,6 +79,23 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
     for (int i = threadIdx.x; i < len; i += blockDim.x) p.out[(u64)r * n + c0 + i] = f32_to_bf16(v[i]);
 }
 
+// A lane's 4 consecutive values of a 128-value block (the warp holds the block): FP8 fake quant when `quant`
+// (attn_quant_block_warp's arithmetic: the block's amax is a max, so any order gives the same scale), then the 4
+// bf16 in one 8-byte store at out.
+__device__ __forceinline__ void attn_quant4_store(float (&v)[4], bool quant, u16* out) {
+    if (quant) {
+        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+        amax = warp_max(amax);
+        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = attn_inv_pow2(s);  // exact: s = 2^k
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6) * s;
+    }
+    uint2 o;
+    o.x = (u32)f32_to_bf16(v[0]) | ((u32)f32_to_bf16(v[1]) << 16);
+    o.y = (u32)f32_to_bf16(v[2]) | ((u32)f32_to_bf16(v[3]) << 16);
+    *(uint2*)out = o;
+}
+
 // attn_row_quant: attn_row_prep without a norm, for rows whose quant blocks (128, or none) never straddle a
 // group (width a multiple of 128): a warp per block of 128 values, 4 consecutive values per lane (one 16- or
 // 8-byte load, one 8-byte store), no shared memory and no block sync. Same per-value arithmetic as
@@ -101,17 +120,41 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_quant(AttnRowPrep p) 
         v[0] = bf16_to_f32((u16)(t.x & 0xffffu)), v[1] = bf16_to_f32((u16)(t.x >> 16));
         v[2] = bf16_to_f32((u16)(t.y & 0xffffu)), v[3] = bf16_to_f32((u16)(t.y >> 16));
     }
-    if (p.quant_blk > 0) {
-        float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-        amax = warp_max(amax);
-        const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = attn_inv_pow2(s);  // exact: s = 2^k
+    attn_quant4_store(v, p.quant_blk > 0, p.out + (u64)r * n + e0);
+}
+
+// attn_row_norm_quant: attn_row_prep with a norm, for rows of one group of f32 values, at most 256 RNQ_U wide,
+// whose 128-value quant blocks (or none) are whole: the row's sum of squares exactly as attn_rms_smem sums it
+// (thread t adds t, t + 256, ... in order, then attn_block_sum), then a warp per 128-value block with 4
+// consecutive values a lane in registers (read again, from L1), normalised and quantised as attn_row_quant does:
+// the same bits as attn_row_prep, without its shared row and the barriers around it. Launch: grid rows, block
+// 256. (attn_row_prep took 5.1 us for the 1024-wide q_lora row at batch 1, a one-block launch on the critical
+// path of every layer.)
+#define RNQ_U 8  // values a thread adds to the sum of squares: rows up to 2048 wide
+
+extern "C" __global__ void __launch_bounds__(256) attn_row_norm_quant(AttnRowPrep p) {
+    pdl_wait();
+    __shared__ float red[33];
+    const int n = p.width, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* x = (const float*)p.x + (u64)blockIdx.x * n;
+    prefetch_l1(p.norm_w, n * 4);  // read after the sum
+    float t[RNQ_U];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6) * s;
+    for (int u = 0; u < RNQ_U; ++u) {
+        const int i = threadIdx.x + u * 256;
+        t[u] = i < n ? x[i] : 0.f;
     }
-    uint2 o;
-    o.x = (u32)f32_to_bf16(v[0]) | ((u32)f32_to_bf16(v[1]) << 16);
-    o.y = (u32)f32_to_bf16(v[2]) | ((u32)f32_to_bf16(v[3]) << 16);
-    *(uint2*)(p.out + (u64)r * n + e0) = o;
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < RNQ_U; ++u)
+        if (threadIdx.x + u * 256 < n) ss += t[u] * t[u];
+    const float inv = 1.0f / sqrtf(attn_block_sum(ss, red) / (float)n + p.eps);
+    for (int e0 = warp * 128 + lane * 4; e0 < n; e0 += 8 * 128) {  // warp-uniform: the whole block is in the row
+        const float4 xv = *(const float4*)(x + e0);
+        const float4 wv = *(const float4*)(p.norm_w + e0);
+        float v[4] = {wv.x * (xv.x * inv), wv.y * (xv.y * inv), wv.z * (xv.z * inv), wv.w * (xv.w * inv)};
+        attn_quant4_store(v, p.quant_blk > 0, p.out + (u64)blockIdx.x * n + e0);
+    }
 }
 
 struct AttnVecPrep {

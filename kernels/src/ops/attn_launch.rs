@@ -42,19 +42,21 @@ fn pos_i32(what: &'static str, v: i32) -> Result<()> {
 }
 
 impl GpuContext {
-    /// A row preparation (attn_prep.cu). Launches of at least [`PREP_WIDE_MIN_ROWS`] rows without a norm
-    /// whose 128-value quant blocks (or none) stay inside a group take attn_row_quant (a warp per block of 128
-    /// values; the same bits), the others attn_row_prep.
+    /// A row preparation (attn_prep.cu). Launches of at least [`ROW_QUANT_MIN_ROWS`] rows whose 128-value quant
+    /// blocks (or none) stay inside a group take a warp per block of 128 values: attn_row_quant without a norm,
+    /// attn_row_norm_quant with one (one f32 group up to [`ROW_NORM_QUANT_MAX`] wide); the others attn_row_prep.
+    /// The same bits either way.
     ///
     /// # Safety
     /// `p.x` holds `groups*rows*width` values, `p.out` `rows*groups*width` bf16, `p.norm_w` (if set) the row.
     pub unsafe fn launch_attn_row_prep(&self, s: &CudaStream, p: &AttnRowPrep) -> Result<()> {
-        let wide = p.rows as usize >= PREP_WIDE_MIN_ROWS;
+        let wide = p.rows as usize >= row_quant_min();
         // SAFETY: caller's contract.
         unsafe { self.launch_attn_row_prep_on(s, p, wide) }
     }
 
-    /// [`Self::launch_attn_row_prep`], allowed (`wide`) or not to take attn_row_quant (tests compare them).
+    /// [`Self::launch_attn_row_prep`], allowed (`wide`) or not to take attn_row_quant or attn_row_norm_quant
+    /// (tests compare them).
     ///
     /// # Safety
     /// As [`Self::launch_attn_row_prep`].
@@ -78,6 +80,14 @@ impl GpuContext {
             let c = cfg((grid(NAME, warps.div_ceil(8))?, 1, 1), 256, 0);
             // SAFETY: caller's contract; whole 128-value blocks per group (checked above).
             return unsafe { self.launch_one(s, &self.kernels.attn.row_quant, c, p) };
+        }
+        // attn_row_norm_quant: one f32 group of whole 128-value blocks, at most ROW_NORM_QUANT_MAX wide, its
+        // rows, weights and output aligned for its 16-byte loads and 8-byte stores.
+        let norm_rows = p.norm_w != 0 && p.groups == 1 && p.x_f32 != 0 && n <= ROW_NORM_QUANT_MAX;
+        if wide && norm_rows && blocks_of_128 && aligned && p.norm_w.is_multiple_of(16) {
+            let c = cfg((grid(NAME, p.rows as usize)?, 1, 1), 256, 0);
+            // SAFETY: caller's contract; one group of whole 128-value blocks, n <= 256 RNQ_U (checked above).
+            return unsafe { self.launch_one(s, &self.kernels.attn.row_norm_quant, c, p) };
         }
         // Without a norm the row is cut into 1024-wide pieces (whole quant blocks, see attn_prep.cu).
         let pieces = if p.norm_w == 0 { n.div_ceil(1024) } else { 1 };
@@ -333,6 +343,22 @@ impl GpuContext {
 /// First row count of the warp-per-vector vec_prep. Batch 64 decode: 48.9 ms per step against 49.2-49.3 with
 /// the block-per-vector kernel (kernels/BENCH_NOTES.md, eleventh session); at 8192 rows 52 against 111 ms.
 const VEC_PREP_WIDE_MIN_ROWS: usize = 64;
+
+/// First row count of the warp-per-block row preparations (`attn_row_quant`, `attn_row_norm_quant`). At one
+/// row too they beat attn_row_prep's shared row: the wo_b input (8192 wide, no norm) and the q_lora norm at batch
+/// 1 / 8 / 64, same binary, `DSV4_ROW_QUANT_MIN` 128 / 1, ms per step 6.320-6.373 -> 6.208-6.215 (-2.0%, three
+/// rounds) / 13.495-13.548 -> 13.077-13.142 (-2.9%) / 42.40-42.48 -> 42.31-42.52 (level); the wo_b input alone
+/// gave -0.8% / -1.4% (kernels/BENCH_NOTES.md, twentieth session).
+const ROW_QUANT_MIN_ROWS: usize = 1;
+
+/// Widest row of `attn_row_norm_quant` (256 threads x RNQ_U values in attn_prep.cu).
+const ROW_NORM_QUANT_MAX: usize = 2048;
+
+/// [`ROW_QUANT_MIN_ROWS`], or `DSV4_ROW_QUANT_MIN`.
+fn row_quant_min() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| env_usize("DSV4_ROW_QUANT_MIN").unwrap_or(ROW_QUANT_MIN_ROWS))
+}
 
 /// [`VEC_PREP_WIDE_MIN_ROWS`], or `DSV4_VEC_PREP_WIDE_MIN`.
 fn vec_prep_wide_min() -> usize {

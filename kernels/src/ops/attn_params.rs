@@ -43,6 +43,7 @@ pub const SPARSE_HEADS_PER_BLOCK: usize = 16;
 pub struct AttnKernels {
     pub row_prep: CudaFunction,
     pub row_quant: CudaFunction,
+    pub row_norm_quant: CudaFunction,
     pub vec_prep: CudaFunction,
     pub vec_prep_small: CudaFunction,
     pub compress: CudaFunction,
@@ -69,6 +70,7 @@ impl AttnKernels {
         Ok(AttnKernels {
             row_prep: get("attn_row_prep")?,
             row_quant: get("attn_row_quant")?,
+            row_norm_quant: get("attn_row_norm_quant")?,
             vec_prep: get("attn_vec_prep")?,
             vec_prep_small: get("attn_vec_prep_small")?,
             compress: get("attn_compress")?,
@@ -120,11 +122,6 @@ pub const VEC_PREP_JOBS: usize = 3;
 
 /// Vectors of one row per `attn_vec_prep` block (VP_VPB in attn_prep.cu).
 pub const VEC_PREP_PER_BLOCK: usize = 4;
-
-/// Fewest rows for the wide-launch preparations: the warp-per-vector `attn_vec_prep` (ncu, 8192 rows of the
-/// Flash q heads and indexer queries: 52.2 ms per prefill call against the block-per-vector kernel's 110.9;
-/// at batch 1, 129 vectors, 15.4 us per launch against 6.0) and `attn_row_quant`.
-pub const PREP_WIDE_MIN_ROWS: usize = 128;
 
 /// The two `attn_vec_prep` kernels (same inputs, outputs and bits).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
