@@ -1,5 +1,6 @@
 //! Full-size synthetic rank weights for `dsv4 bench --gpus`: each rank's share generated on its own GPU
-//! with the single-GPU generator's scaling (every rank holds its own experts: no bank sharing).
+//! with the single-GPU generator's scaling. Every layer of a rank holds its own experts unless the caller asks
+//! for fewer banks (ranks simulated on one GPU, where the model does not fit twice: layers then share banks).
 
 use super::weights::{
     placeholder_attn_fp8, placeholder_fp8, rank_attention_config, rank_moe_config, HeadDev,
@@ -8,18 +9,20 @@ use super::weights::{
 use crate::gpu::attention::rank::RankOut;
 use crate::gpu::attention::AttnLayer;
 use crate::gpu::synth::Gen;
-use crate::gpu::weights::{check_supported, BlockDev};
+use crate::gpu::weights::{check_supported, BankPlan, BlockDev, ExpertBank};
 use crate::gpu::RunnerError;
 use crate::parallel::plan::{SplitMode, SplitPlan};
 use dsv4_kernels::{Fill, GpuContext, HC_MIX, HC_STREAMS};
 use std::sync::Arc;
 
 /// Rank `r` of `plan` with random weights on `gpu`. Replicated parts use the same seed on every rank.
+/// `banks`: routed-expert banks of the rank (None: one per layer); layer i of the rank uses bank i mod banks.
 pub fn synthetic_rank(
     gpu: &GpuContext,
     plan: &SplitPlan,
     r: usize,
     seed: u64,
+    banks: Option<usize>,
 ) -> Result<RankWeights, RunnerError> {
     let cfg = &plan.cfg;
     check_supported(cfg)?;
@@ -45,8 +48,19 @@ pub fn synthetic_rank(
     let (d, v) = (cfg.hidden_size, cfg.vocab_size);
     let nd = HC_STREAMS * d;
     let (mut blocks, mut tp) = (Vec::new(), Vec::new());
-    for layer in rank.layers.clone() {
-        let bank = Arc::new(g.bank(&rank_moe_config(cfg, &rank.experts))?);
+    let bank_plan = match banks {
+        Some(n) => BankPlan::shared(rank.layers.len(), n),
+        None => BankPlan::distinct(rank.layers.len()),
+    };
+    let mut made: Vec<Option<Arc<ExpertBank>>> = vec![None; bank_plan.banks];
+    for (i, layer) in rank.layers.clone().enumerate() {
+        let slot = &mut made[bank_plan.bank_of[i]];
+        let bank = match slot {
+            Some(b) => b.clone(),
+            None => slot
+                .insert(Arc::new(g.bank(&rank_moe_config(cfg, &rank.experts))?))
+                .clone(),
+        };
         let mut moe = g.moe(&shared_cfg, layer, bank)?;
         if rank.shared_rows.is_empty() {
             let s = &gpu.stream;

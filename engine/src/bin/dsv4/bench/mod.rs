@@ -34,7 +34,8 @@ pub struct BenchArgs {
     /// Also write the results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Routed-expert banks (default: as many as fit; layers share the rest).
+    /// Routed-expert banks (default: as many as fit; layers share the rest). With --gpus: banks per rank
+    /// (default: one per layer; fewer let ranks simulated on one GPU fit).
     #[arg(long)]
     banks: Option<usize>,
     /// Split the model over these GPUs (ordinals; the same ordinal repeated simulates several ranks

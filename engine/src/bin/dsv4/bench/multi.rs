@@ -8,6 +8,7 @@ use super::measure::Inputs;
 use super::plan;
 use super::prefill::{self, PrefillRow, PromptRunner};
 use super::BenchArgs;
+use anyhow::Context;
 use dsv4_engine::api::{Numerics, SplitMode};
 use dsv4_engine::gpu::multi::collective::GpuCollective;
 use dsv4_engine::gpu::multi::graph::MultiGraphs;
@@ -135,7 +136,13 @@ pub fn run(
     let mut ranks = Vec::with_capacity(gpus.len());
     let mut gb = Vec::new();
     for (r, g) in gpus.iter().enumerate() {
-        let w = synthetic_rank(g, &plan, r, 42)?;
+        let w = synthetic_rank(g, &plan, r, 42, args.banks).with_context(|| {
+            format!(
+                "building rank {r} of the full-size model on GPU {} (ranks simulated on one GPU do not fit \
+                 with a bank per layer: pass --banks N to share expert banks)",
+                devices[r]
+            )
+        })?;
         gb.push(w.bytes() as f64 / 1e9);
         let attn_cfg = match mode {
             SplitMode::Tensor => rank_attention_config(&cfg, &plan.ranks[r])?,
