@@ -353,9 +353,12 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
     };
 
     for (int c0 = 0; c0 < cnt; c0 += PC) {
-        const int col = min(c0 + g, cnt - 1);  // padding columns read the group's last token
-        const int xs = slots[s0 + col];
-        const u16* xp = x + (u64)(x_per_slot ? xs : xs / topk) * K + kw * 128 + t * 32;
+        const u16* xp = nullptr;  // x in global memory (XS: none)
+        if constexpr (!XS) {
+            const int col = min(c0 + g, cnt - 1);  // padding columns read the group's last token
+            const int xs = slots[s0 + col];
+            xp = x + (u64)(x_per_slot ? xs : xs / topk) * K + kw * 128 + t * 32;
+        }
         float acc[MT * 4];
 #pragma unroll
         for (int i = 0; i < MT * 4; ++i) acc[i] = 0.f;
