@@ -71,8 +71,7 @@ const FUSED_ROUTE_ROWS: usize = 1;
 /// the separate routing launch.
 fn fused_route_up(cfg: &ModelConfig, w: &MoeDev, rows: usize) -> bool {
     static MAX_ROWS: OnceLock<usize> = OnceLock::new();
-    let max_rows =
-        *MAX_ROWS.get_or_init(|| env_usize("DSV4_MOE_FUSED_ROUTE").unwrap_or(FUSED_ROUTE_ROWS));
+    let max_rows = rows_knob(&MAX_ROWS, "DSV4_MOE_FUSED_ROUTE", FUSED_ROUTE_ROWS);
     let (d, i) = (cfg.hidden_size, cfg.moe_intermediate_size);
     rows <= max_rows
         && w.bank.format == ExpertFormat::Fp4
@@ -253,8 +252,7 @@ const FUSED_SWIGLU_ROWS: usize = 4;
 /// as the separate SwiGLU launch.
 fn fused_swiglu_down(bank: &ExpertBank, down: &ExpertShape) -> bool {
     static MAX_ROWS: OnceLock<usize> = OnceLock::new();
-    let max_rows =
-        *MAX_ROWS.get_or_init(|| env_usize("DSV4_MOE_FUSED_SWIGLU").unwrap_or(FUSED_SWIGLU_ROWS));
+    let max_rows = rows_knob(&MAX_ROWS, "DSV4_MOE_FUSED_SWIGLU", FUSED_SWIGLU_ROWS);
     down.b <= max_rows && bank.format == ExpertFormat::Fp4 && fp4_swiglu_down_fits(down)
 }
 
@@ -407,7 +405,12 @@ const FORK_BEFORE_GATE_ROWS: usize = usize::MAX;
 /// [`FORK_BEFORE_GATE_ROWS`], or `DSV4_MOE_FORK_EARLY_ROWS` (A/B runs; 0: always after the routing).
 fn fork_before_gate_rows() -> usize {
     static V: OnceLock<usize> = OnceLock::new();
-    *V.get_or_init(|| env_usize("DSV4_MOE_FORK_EARLY_ROWS").unwrap_or(FORK_BEFORE_GATE_ROWS))
+    rows_knob(&V, "DSV4_MOE_FORK_EARLY_ROWS", FORK_BEFORE_GATE_ROWS)
+}
+
+/// A row-count switch read once from the environment variable `name` (for A/B runs), else `default`.
+fn rows_knob(cell: &'static OnceLock<usize>, name: &str, default: usize) -> usize {
+    *cell.get_or_init(|| env_usize(name).unwrap_or(default))
 }
 
 /// The MoE of `rows` rows of `ws.io.a`: leaves routed outputs in `ws.ex.y_routed` and the shared expert's in
