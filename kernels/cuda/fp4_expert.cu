@@ -331,7 +331,8 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
                                                  const u8* __restrict__ s, const i32* __restrict__ meta,
                                                  void* __restrict__ out, int S, int topk, int x_per_slot,
                                                  int out_bf16, uint4 (&ring)[FP4_ST][4][FP4_WARPS * 32],
-                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32], XSrc xsrc = XSrc()) {
+                                                 u32 (&sring)[FP4_SST][FP4_WARPS][32], XSrc xsrc = XSrc(),
+                                                 bool wait_after_issue = false) {
     constexpr int MT = 2, KB2 = K / 2, M = K / (128 * KW);
     constexpr int PC = XS ? FP4_XS_COLS : 8;  // columns a pass (8: the mma's n8 tile)
     static_assert(!XS || KW > 1, "XS needs fp4_finish's closing barrier before the next pass rewrites x");
@@ -367,6 +368,7 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
             if (j < M) issue(j);
             cp_async_commit();
         }
+        if (wait_after_issue && c0 == 0) pdl_wait();  // the weights (constant) are in flight; x comes after
         int pend = cnt;  // the pass stores columns c0 .. pend (XS: only its own; else every one up to c0 + 8)
         u32 xa = 0;      // XS: this lane's x in shared memory (its column, K offset)
         if constexpr (XS) {
@@ -421,7 +423,7 @@ __device__ __forceinline__ void fp4_expert_fixed(const u16* __restrict__ x, cons
 #define FP4_EXPERT_KERNEL(MT, MINB)                                                                       \
     extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, MINB) fp4_expert_mt##MT(                 \
         const u16* x, const u8* w, const u8* s, const i32* meta, void* out, u64 dw, u64 ds, u64 dout,     \
-        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
+        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw, int pre_issue) {             \
         __shared__ __align__(16) uint4 ring[FP4_ST][2 * MT][FP4_WARPS * 32];                              \
         __shared__ u32 sring[FP4_SST][FP4_WARPS][32];                                                     \
         pdl_wait();                                                                                       \
@@ -439,18 +441,21 @@ FP4_EXPERT_KERNEL(2, 7)
 
 // fp4_expert_fixed at the model's shapes, named fp4_expert_n{N}k{K}w{KW} (the host picks one when the launch
 // matches it: the same bits as fp4_expert_mt2 with that KW). Same parameters as fp4_expert_mtM (N, K, kw are
-// ignored: the name's).
+// ignored: the name's). pre_issue (the group table was written two or more launches back, so it is complete when
+// this grid starts early under PDL): each block reads the table and issues its first weight chunks before it
+// waits for the previous kernel (whose output is x), so those loads overlap that kernel's run (the generic
+// kernels ignore it and wait first).
 #define FP4_FIXED_KERNEL(N_, K_, KW_)                                                                     \
     extern "C" __global__ void __launch_bounds__(FP4_WARPS * 32, 7) fp4_expert_n##N_##k##K_##w##KW_(      \
         const u16* x, const u8* w, const u8* s, const i32* meta, void* out, u64 dw, u64 ds, u64 dout,     \
-        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw) {                            \
+        int S, int topk, int N, int K, int x_per_slot, int out_bf16, int kw, int pre_issue) {             \
         __shared__ __align__(16) uint4 ring[FP4_ST][4][FP4_WARPS * 32];                                   \
         __shared__ u32 sring[FP4_SST][FP4_WARPS][32];                                                     \
-        pdl_wait();                                                                                       \
+        if (!pre_issue) pdl_wait();                                                                       \
         fp4_expert_fixed<N_, K_, KW_>(x, (const u8*)((u64)w + blockIdx.z * dw),                           \
                                       (const u8*)((u64)s + blockIdx.z * ds), meta,                        \
                                       (void*)((u64)out + blockIdx.z * dout), S, topk, x_per_slot,         \
-                                      out_bf16, ring, sring);                                             \
+                                      out_bf16, ring, sring, Fp4NoXs(), pre_issue != 0);                  \
     }
 FP4_FIXED_KERNEL(2048, 4096, 4)  // routed w1 / w3
 FP4_FIXED_KERNEL(4096, 2048, 2)  // routed w2

@@ -207,8 +207,9 @@ __device__ __forceinline__ void route_group_warp(const int* sid, int S, int E, i
 extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
     const i32* __restrict__ tokens, int E, int topk, float route_scale, i32* ids, float* wts, int rows,
-    i32* __restrict__ meta, int* counter) {
+    i32* __restrict__ meta, int* counter, int early) {
     pdl_wait();
+    if (early) pdl_trigger();  // the expert blocks are placed now and wait for the table (launcher: route_early)
     __shared__ __align__(16) int sm[MOE_ROUTE_SCORES];  // moe_group_block's scratch; one block: the scores first
     __shared__ int last;
     const int warp = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -260,8 +261,9 @@ __device__ __forceinline__ float swiglu_value(float gg, float uu, float w, float
 extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __restrict__ g,
                                                              const float* __restrict__ u,
                                                              const float* __restrict__ wt, u16* __restrict__ out,
-                                                             int S, int I, float limit, int quant) {
+                                                             int S, int I, float limit, int quant, int early) {
     pdl_wait();
+    if (early) pdl_trigger();  // launch_moe_swiglu_early: the next kernel's blocks are placed now
     const int lane = threadIdx.x & 31;
     const int nb = (I + QBLOCK - 1) / QBLOCK;
     const int blk = blockIdx.x * 8 + (threadIdx.x >> 5);

@@ -29,7 +29,7 @@ pub use ops::gemv::{
 };
 pub use ops::gemv_ring::{GemvPath, RING_ROWS_MIN};
 pub use ops::mhc::{hc_workspace_len, HcPost, HcPostF, HcPre, HC_MIX, HC_STREAMS};
-pub use ops::moe_route::{RouteBy, RouteShape};
+pub use ops::moe_route::{RouteBy, RouteShape, SwigluAct};
 pub use ops::peer::{peer_access_possible, PeerAllReduce, PEER_RANKS};
 pub use ops::sample::SAMPLE_PARAMS_PER_ROW;
 pub use ops::split::RANK_MAX;

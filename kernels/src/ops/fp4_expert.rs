@@ -184,7 +184,7 @@ impl GpuContext {
     ) -> Result<()> {
         let m = Fp4Mat { w, scale, out };
         let func = self.fp4_kernel(shape, tune);
-        self.fp4_launch(stream, func, shape, x, [Some(m), None], meta, tune)
+        self.fp4_launch(stream, func, shape, x, [Some(m), None], meta, tune, false)
     }
 
     /// [`Self::launch_fp4_expert_tuned`] (one matrix) or [`Self::launch_fp4_expert_pair`] (two) on the generic
@@ -200,7 +200,7 @@ impl GpuContext {
         tune: Fp4Tune,
     ) -> Result<()> {
         let func = &self.kernels.fp4_expert[tune.mt.clamp(1, 2) - 1];
-        self.fp4_launch(stream, func, shape, x, mats, meta, tune)
+        self.fp4_launch(stream, func, shape, x, mats, meta, tune, false)
     }
 
     /// Two matrices of the same shape over the same `x` and grouping in ONE launch (the routed w1 and w3):
@@ -221,10 +221,36 @@ impl GpuContext {
             "paired outputs differ in type".into()
         })?;
         let func = self.fp4_kernel(shape, tune);
-        self.fp4_launch(stream, func, shape, x, [Some(a), Some(b)], meta, tune)
+        self.fp4_launch(
+            stream,
+            func,
+            shape,
+            x,
+            [Some(a), Some(b)],
+            meta,
+            tune,
+            false,
+        )
     }
 
-    /// One launch over one or two matrices (grid z picks the matrix).
+    /// [`Self::launch_fp4_expert`] of `m` when `meta` was written two or more launches before this one (the routed
+    /// w2 after a separate SwiGLU launch): a fixed-size kernel's blocks then issue their first weight chunks before
+    /// they wait for the previous kernel (x's producer), so under PDL those loads overlap its run. The same bits.
+    pub fn launch_fp4_expert_table_ready<W: DevicePtr<u8>>(
+        &self,
+        stream: &CudaStream,
+        shape: &ExpertShape,
+        x: &impl DevicePtr<bf16>,
+        m: Fp4Mat<'_, W>,
+        meta: &impl DevicePtr<i32>,
+    ) -> Result<()> {
+        let tune = Fp4Tune::for_shape(shape);
+        let func = self.fp4_kernel(shape, tune);
+        self.fp4_launch(stream, func, shape, x, [Some(m), None], meta, tune, true)
+    }
+
+    /// One launch over one or two matrices (grid z picks the matrix); `pre_issue`: see
+    /// [`Self::launch_fp4_expert_table_ready`].
     #[allow(clippy::too_many_arguments)]
     fn fp4_launch<W: DevicePtr<u8>>(
         &self,
@@ -235,6 +261,7 @@ impl GpuContext {
         mats: [Option<Fp4Mat<'_, W>>; 2],
         meta: &impl DevicePtr<i32>,
         tune: Fp4Tune,
+        pre_issue: bool,
     ) -> Result<()> {
         check(
             NAME,
@@ -298,9 +325,10 @@ impl GpuContext {
         for v in &iv[..5] {
             l.arg(v);
         }
-        l.arg(&out_bf16).arg(&iv[5]);
+        let pre = i32::from(pre_issue);
+        l.arg(&out_bf16).arg(&iv[5]).arg(&pre);
         // SAFETY: fp4_expert_mtX or fp4_expert_n{N}k{K}w{KW} (x, w, s, meta, out, dw, ds, dout, S, topk, N, K,
-        // x_per_slot, out_bf16, kw); buffers checked above for `shape` (check_mat for each matrix; block z reads
+        // x_per_slot, out_bf16, kw, pre_issue: the caller's word that meta is complete); buffers checked above for `shape` (check_mat for each matrix; block z reads
         // matrix z at base + z * offset); a fixed-size kernel is only passed in (fp4_kernel) when its N, K and kw
         // are the shape's and the tune's; expert ids come from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;

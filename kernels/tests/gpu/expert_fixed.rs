@@ -56,7 +56,8 @@ fn same_bits_as_generic(g: &GpuContext, seed: u64, shape: &ExpertShape) {
     g.launch_moe_group(&g.stream, shape, &ids, &mut meta)
         .expect("moe_group");
     let tune = Fp4Tune::for_shape(shape);
-    // run(kind, mats): kind 0 = the launchers, 1 = generic mt2, 2 = generic mt1.
+    // run(kind, mats): kind 0 = the launchers, 1 = generic mt2, 2 = generic mt1, 3 = one matrix with the table
+    // ready (weights issued before the wait).
     let run = |kind: usize, mats: usize| -> Vec<Vec<f32>> {
         let mut ys: Vec<CudaSlice<f32>> = (0..mats)
             .map(|_| upload(g, &vec![f32::NAN; s * n]))
@@ -81,6 +82,7 @@ fn same_bits_as_generic(g: &GpuContext, seed: u64, shape: &ExpertShape) {
             (0, [Some(a), None]) => {
                 g.launch_fp4_expert(&g.stream, shape, &x, a.w, a.scale, &meta, a.out)
             }
+            (3, [Some(a), None]) => g.launch_fp4_expert_table_ready(&g.stream, shape, &x, a, &meta),
             (_, mats) => g.launch_fp4_expert_generic(&g.stream, shape, &x, mats, &meta, t),
         }
         .expect("launch");
@@ -88,7 +90,8 @@ fn same_bits_as_generic(g: &GpuContext, seed: u64, shape: &ExpertShape) {
     };
     for mats in [1, 2] {
         let fixed = run(0, mats);
-        for kind in [1, 2] {
+        let kinds: &[usize] = if mats == 1 { &[1, 2, 3] } else { &[1, 2] };
+        for &kind in kinds {
             for (m, (a, b)) in fixed.iter().zip(run(kind, mats)).enumerate() {
                 let what =
                     format!("{shape:?}: fixed vs generic ({kind}), {mats} matrices, matrix {m}");
