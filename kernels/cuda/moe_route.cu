@@ -263,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_swiglu(const float* __rest
                                                              const float* __restrict__ wt, u16* __restrict__ out,
                                                              int S, int I, float limit, int quant, int early) {
     pdl_wait();
-    if (early) pdl_trigger();  // launch_moe_swiglu_early: the next kernel's blocks are placed now
+    if (early) pdl_trigger();  // SwigluAct::early: the next kernel's blocks are placed now
     const int lane = threadIdx.x & 31;
     const int nb = (I + QBLOCK - 1) / QBLOCK;
     const int blk = blockIdx.x * 8 + (threadIdx.x >> 5);

@@ -328,9 +328,10 @@ impl GpuContext {
         let pre = i32::from(pre_issue);
         l.arg(&out_bf16).arg(&iv[5]).arg(&pre);
         // SAFETY: fp4_expert_mtX or fp4_expert_n{N}k{K}w{KW} (x, w, s, meta, out, dw, ds, dout, S, topk, N, K,
-        // x_per_slot, out_bf16, kw, pre_issue: the caller's word that meta is complete); buffers checked above for `shape` (check_mat for each matrix; block z reads
-        // matrix z at base + z * offset); a fixed-size kernel is only passed in (fp4_kernel) when its N, K and kw
-        // are the shape's and the tune's; expert ids come from meta, which moe_group only fills with ids in [0, E).
+        // x_per_slot, out_bf16, kw, pre_issue: the caller's word that meta is complete); buffers checked above
+        // for `shape` (check_mat for each matrix; block z reads matrix z at base + z * offset); a fixed-size
+        // kernel is only passed in (fp4_kernel) when its N, K and kw are the shape's and the tune's; expert ids come
+        // from meta, which moe_group only fills with ids in [0, E).
         unsafe { self.launch_k(stream, func, cfg, &mut l) }?;
         Ok(())
     }
