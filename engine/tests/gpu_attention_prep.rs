@@ -431,6 +431,7 @@ fn row_prep_with_norm_both_kernels_same_bits() {
                         width: width as i32,
                         quant_blk: blk,
                         eps: EPS,
+                        ..Default::default()
                     };
                     // SAFETY: x holds rows x width f32, norm_w width f32, out rows x width bf16.
                     unsafe { ctx.launch_attn_row_prep_on(s, &p, wide) }.expect("launch");
@@ -442,6 +443,77 @@ fn row_prep_with_norm_both_kernels_same_bits() {
             println!("row_prep norm {rows}x{width} blk {blk}: {bad} of {n} differ");
             assert_eq!(bad, 0, "{rows}x{width} blk {blk}");
             assert!(outs[0].iter().any(|&v| v != 0), "{rows}x{width}: all zero");
+        }
+    }
+}
+
+/// The FP8 codes and scales both warp-per-block kernels write beside their bf16 output (the FP8-activation
+/// GEMV's input): code x scale is the bf16 output bit for bit, and each scale is the block's fake-quant scale
+/// (for the norm-free kernel, from the reference's own amax).
+#[test]
+fn row_prep_codes_are_the_fake_quant() {
+    let Some(ctx) = gpu() else { return };
+    let s = &ctx.stream;
+    let e4m3 = dsv4_kernels::reference::formats::e4m3_to_f32;
+    // (groups, rows, width, norm): attn_row_quant regrouping, attn_row_norm_quant on the q_lora shape.
+    for (seed, (groups, rows, width, norm)) in [
+        (8, 3, 1024, false),
+        (1, 17, 4096, false),
+        (1, 5, 1024, true),
+        (1, 33, 1536, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = groups * rows * width;
+        let x: Vec<f32> = (0..n)
+            .map(|i| rnd(i, 60 + seed) * 2f32.powi((i / 128 % 15) as i32 - 7))
+            .collect();
+        let w: Vec<f32> = (0..width).map(|i| 1.0 + 0.5 * rnd(i, 80 + seed)).collect();
+        let (x_dev, w_dev) = (
+            s.clone_htod(&x).expect("htod"),
+            s.clone_htod(&w).expect("htod"),
+        );
+        let mut out = s.alloc_zeros::<bf16>(n).expect("alloc");
+        let mut q8 = s.alloc_zeros::<u8>(n).expect("alloc");
+        let mut sc = s.alloc_zeros::<f32>(n / 128).expect("alloc");
+        let p = dsv4_kernels::attn::AttnRowPrep {
+            x: x_dev.device_ptr(s).0,
+            norm_w: if norm { w_dev.device_ptr(s).0 } else { 0 },
+            out: out.device_ptr_mut(s).0,
+            q8: q8.device_ptr_mut(s).0,
+            q8_scales: sc.device_ptr_mut(s).0,
+            x_f32: 1,
+            groups: groups as i32,
+            rows: rows as i32,
+            width: width as i32,
+            quant_blk: 128,
+            eps: EPS,
+        };
+        assert!(
+            ctx.row_prep_q8_ok(&p),
+            "{groups}x{rows}x{width}: no code-writing kernel"
+        );
+        // SAFETY: x holds groups x rows x width f32, norm_w width f32, out / q8 n values, sc n / 128 scales.
+        unsafe { ctx.launch_attn_row_prep(s, &p) }.expect("launch");
+        let (got, codes, scales) = (
+            s.clone_dtoh(&out).expect("dtoh"),
+            s.clone_dtoh(&q8).expect("dtoh"),
+            s.clone_dtoh(&sc).expect("dtoh"),
+        );
+        let bad = (0..n)
+            .filter(|&i| {
+                bf16::from_f32(e4m3(codes[i]) * scales[i / 128]).to_bits() != got[i].to_bits()
+            })
+            .count();
+        println!("row_prep codes {groups}x{rows}x{width} norm {norm}: {bad} of {n} differ from the bf16 output");
+        assert_eq!(bad, 0);
+        if !norm {
+            let raw = row_reference(&x, groups, rows, width, 0);
+            for (b, blk) in raw.chunks(128).enumerate() {
+                let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+                assert_eq!(scales[b], pow2_ceil(amax.max(1e-4) / 448.0), "block {b}");
+            }
         }
     }
 }

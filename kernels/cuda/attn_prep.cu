@@ -33,6 +33,8 @@ struct AttnRowPrep {
     const void* x;
     const float* norm_w;  // null: no norm
     u16* out;
+    u8* q8;               // attn_row_quant / attn_row_norm_quant with 128-value blocks: also the e4m3 codes
+    float* q8_scales;     // [rows, n] and their scales [rows, n / 128] (gemv_wq8.cu's input); null: none
     int x_f32, groups, rows, width, quant_blk;  // quant_blk 0: no fake quant
     float eps;
 };
@@ -81,14 +83,25 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_prep(AttnRowPrep p) {
 
 // A lane's 4 consecutive values of a 128-value block (the warp holds the block): FP8 fake quant when `quant`
 // (attn_quant_block_warp's arithmetic: the block's amax is a max, so any order gives the same scale), then the 4
-// bf16 in one 8-byte store at out.
-__device__ __forceinline__ void attn_quant4_store(float (&v)[4], bool quant, u16* out) {
+// bf16 in one 8-byte store at out. With q8 (quant only) also the 4 e4m3 codes at q8 (one 4-byte store; each
+// rounded value is exact in e4m3, so the conversion is exact) and, from lane 0, the block's scale at q8_scale.
+__device__ __forceinline__ void attn_quant4_store(float (&v)[4], bool quant, u16* out, u8* q8 = nullptr,
+                                                  float* q8_scale = nullptr) {
     if (quant) {
         float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
         amax = warp_max(amax);
         const float s = attn_pow2_ceil(fmaxf(amax, 1e-4f) / 448.0f), inv_s = attn_inv_pow2(s);  // exact: s = 2^k
+        u32 codes = 0;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6) * s;
+        for (int i = 0; i < 4; ++i) {
+            const float r = attn_round_fmt(fminf(fmaxf(v[i] * inv_s, -448.0f), 448.0f), 3, -6);
+            if (q8) codes |= f32_to_e4m3(r) << (8 * i);
+            v[i] = r * s;
+        }
+        if (q8) {
+            *(u32*)q8 = codes;
+            if ((threadIdx.x & 31) == 0) *q8_scale = s;
+        }
     }
     uint2 o;
     o.x = (u32)f32_to_bf16(v[0]) | ((u32)f32_to_bf16(v[1]) << 16);
@@ -120,7 +133,9 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_quant(AttnRowPrep p) 
         v[0] = bf16_to_f32((u16)(t.x & 0xffffu)), v[1] = bf16_to_f32((u16)(t.x >> 16));
         v[2] = bf16_to_f32((u16)(t.y & 0xffffu)), v[3] = bf16_to_f32((u16)(t.y >> 16));
     }
-    attn_quant4_store(v, p.quant_blk > 0, p.out + (u64)r * n + e0);
+    const u64 at = (u64)r * n + e0;
+    if (p.q8) attn_quant4_store(v, p.quant_blk > 0, p.out + at, p.q8 + at, p.q8_scales + at / 128);
+    else attn_quant4_store(v, p.quant_blk > 0, p.out + at);
 }
 
 // attn_row_norm_quant: attn_row_prep with a norm, for rows of one group of f32 values, at most 256 RNQ_U wide,
@@ -153,7 +168,9 @@ extern "C" __global__ void __launch_bounds__(256) attn_row_norm_quant(AttnRowPre
         const float4 xv = *(const float4*)(x + e0);
         const float4 wv = *(const float4*)(p.norm_w + e0);
         float v[4] = {wv.x * (xv.x * inv), wv.y * (xv.y * inv), wv.z * (xv.z * inv), wv.w * (xv.w * inv)};
-        attn_quant4_store(v, p.quant_blk > 0, p.out + (u64)blockIdx.x * n + e0);
+        const u64 at = (u64)blockIdx.x * n + e0;
+        if (p.q8) attn_quant4_store(v, p.quant_blk > 0, p.out + at, p.q8 + at, p.q8_scales + at / 128);
+        else attn_quant4_store(v, p.quant_blk > 0, p.out + at);
     }
 }
 

@@ -199,6 +199,32 @@ __device__ __forceinline__ void gwg_step(float (&acc)[NT * 4], u32 st, int wr, u
     }
 }
 
+// The block's results (a warpgroup's wgmma accumulator layout: row wr + g (+ 8), columns 8 j + 2 t (+ 1)) to
+// out, or with split-K to the workspace and then the last block's sum (ring_splitk_finish). Shared with
+// gemv_wq8.cu.
+template <int NT>
+__device__ __forceinline__ void gwg_store(const GemvParams& p, const float (&acc)[NT * 4], int row0, int wr,
+                                          bool active) {
+    const int grp = blockIdx.z, N = p.n[grp], B = p.B, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const u32 splits = gridDim.y, rank = blockIdx.y;
+    float* ws = splits > 1 ? p.ws + (u64)grp * splits * B * p.nmax : nullptr;
+    if (active) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = row0 + wr + g + (i >> 1) * 8;
+                const int b = j * 8 + 2 * t + (i & 1);
+                if (row >= N || b >= B) continue;
+                const float v = acc[j * 4 + i];
+                if (splits == 1) store_out(p.out[grp], (u64)b * N + row, v, p.out_bf16);
+                else ws[((u64)rank * B + b) * N + row] = v;
+            }
+    }
+    if (splits > 1) ring_splitk_finish<GWG_ROWS, NT >= 4 ? 2 : 1>(p, grp, row0, ws);
+}
+
 template <int NT, bool FP8>
 __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
     extern __shared__ __align__(16) u8 gwg_smem[];  // aligned to 1024 below (the host adds the slack)
@@ -211,7 +237,6 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
         pdl_wait();
         return;
     }
-    const u32 splits = gridDim.y, rank = blockIdx.y;
     const int row_bytes = FP8 ? K : 2 * K;
     int s0, nsteps;
     ring_split_range(row_bytes, s0, nsteps);
@@ -256,21 +281,7 @@ __device__ __forceinline__ void gemv_wg(const GemvParams& p, int depth) {
     }
     wgmma_wait<0>();
     pdl_trigger();  // the next kernel's start overlaps this block's stores and split-K finish
-    float* ws = splits > 1 ? p.ws + (u64)grp * splits * B * p.nmax : nullptr;
-    if (active) {
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = row0 + wr + g + (i >> 1) * 8;
-                const int b = j * 8 + 2 * t + (i & 1);
-                if (row >= N || b >= B) continue;
-                const float v = acc[j * 4 + i];
-                if (splits == 1) store_out(p.out[grp], (u64)b * N + row, v, p.out_bf16);
-                else ws[((u64)rank * B + b) * N + row] = v;
-            }
-    }
-    if (splits > 1) ring_splitk_finish<GWG_ROWS, NT >= 4 ? 2 : 1>(p, grp, row0, ws);
+    gwg_store<NT>(p, acc, row0, wr, active);
 }
 #endif
 

@@ -24,6 +24,8 @@ mod pf;
 mod pfattn;
 #[path = "kbench_pf/experts.rs"]
 mod pfexp;
+#[path = "kbench_pf/q8.rs"]
+mod q8;
 
 type R<T> = Result<T, Box<dyn Error>>;
 
@@ -137,6 +139,9 @@ fn gemv_variants(
             }
         }
     }
+    if mode == "gemv-q8" {
+        v.truncate(1);
+    }
     if mode == "gemv-ab" {
         let ring = gemv_splits(sms, tiles, k, wt, GemvPath::Ring);
         let skinny = gemv_splits(sms, tiles, k, wt, GemvPath::Skinny);
@@ -201,7 +206,14 @@ fn bench_model_gemv(
             .map(|n| filled(g, b * n, 0f32))
             .collect::<R<_>>()?;
         let cands = gemv_variants(g, (wt, k, tiles), b, mode);
-        let smax = cands.iter().map(|c| c.3).max().unwrap_or(1);
+        let ring = gemv_splits(g.info.sm_count as usize, tiles, k, wt, GemvPath::Ring);
+        let smax = cands
+            .iter()
+            .map(|c| c.3)
+            .max()
+            .unwrap_or(1)
+            .max(ring)
+            .max(8);
         let (wl, cl) = (
             gemv_ws_len(ns.len(), smax, b, nmax),
             gemv_cnt_len(GEMV_GROUPS, nmax),
@@ -250,6 +262,18 @@ fn bench_model_gemv(
                 ms * 1e3,
                 100.0 * gbs / copy
             );
+        }
+        if wt == GemvWeights::Fp8 && (mode == "gemv-q8" || mode == "gemv-ab") {
+            let case = q8::Q8Case {
+                name,
+                ns,
+                ws: &ws,
+                p,
+                scratch: (wl, cl),
+                x: &x,
+                wbytes,
+            };
+            q8::bench(g, &case, b, copy)?;
         }
     }
     Ok(())
@@ -348,7 +372,7 @@ fn main() -> R<()> {
     // `kbench fp4 [B,B..]`: the routed-expert kernel only (at the listed batches; default 1, 8, 64).
     // `kbench gemv [B,B..]`: the model's grouped GEMV launches only (default batches 1, 8, 16); `gemv-sweep`
     // also times 1, half, twice and four times the planned K splits; `gemv-ab` every kernel family and ring
-    // depth (see gemv_variants).
+    // depth (see gemv_variants); `gemv-q8` the planned launch and the FP8-activation kernels (kbench_pf/q8.rs).
     let mode = std::env::args().nth(1).unwrap_or_default();
     let only_fp4 = mode == "fp4";
     let batches: Vec<usize> = match std::env::args().nth(2) {

@@ -16,6 +16,8 @@ pub struct Kernels {
     pub gemv_ring: crate::ops::gemv_ring::RingKernels,
     /// The ring GEMVs on wgmma (gemv_wg.cu, sm_90a; see GpuContext::wg_ring).
     pub gemv_wg: crate::ops::gemv_wg::WgKernels,
+    /// The FP8-activation GEMVs on wgmma (gemv_wq8.cu, sm_90a; see GpuContext::wq8_ring).
+    pub gemv_wq8: crate::ops::gemv_wq8::Wq8Kernels,
     /// fp4_expert_mt{1,2}: 16 or 32 rows per warp (see ops::fp4_expert::Fp4Tune).
     pub fp4_expert: [CudaFunction; 2],
     /// fp4_expert_n{N}k{K}w{KW}: fp4_expert_mt2 with the model's sizes compiled in (ops::fp4_expert::FP4_FIXED).
@@ -68,6 +70,7 @@ impl Kernels {
             gemv: crate::ops::gemv::GemvKernels::resolve(module)?,
             gemv_ring: crate::ops::gemv_ring::RingKernels::resolve(module)?,
             gemv_wg: crate::ops::gemv_wg::WgKernels::resolve(module)?,
+            gemv_wq8: crate::ops::gemv_wq8::Wq8Kernels::resolve(module)?,
             fp4_expert,
             fp4_expert_fixed,
             fp4_routed_up,

@@ -71,33 +71,50 @@ impl GpuContext {
         check(NAME, n > 0 && n <= ROW_PREP_MAX, || {
             format!("row_prep row {n}")
         })?;
-        let blocks_of_128 = p.width % 128 == 0 && matches!(p.quant_blk, 0 | 128);
-        // attn_row_quant loads 4 values (16 or 8 bytes) and stores 4 bf16 (8 bytes) at once.
-        let aligned =
-            p.x.is_multiple_of(if p.x_f32 != 0 { 16 } else { 8 }) && p.out.is_multiple_of(8);
-        if wide && p.norm_w == 0 && blocks_of_128 && aligned {
-            let warps = (p.rows as usize) * (n / 128);
-            let c = cfg((grid(NAME, warps.div_ceil(8))?, 1, 1), 256, 0);
-            // SAFETY: caller's contract; whole 128-value blocks per group (checked above).
-            return unsafe { self.launch_one(s, &self.kernels.attn.row_quant, c, p) };
-        }
-        // attn_row_norm_quant: one f32 group of whole 128-value blocks, at most ROW_NORM_QUANT_MAX wide, its
-        // rows, weights and output aligned for its 16-byte loads and 8-byte stores.
-        let norm_rows = p.norm_w != 0 && p.groups == 1 && p.x_f32 != 0 && n <= ROW_NORM_QUANT_MAX;
-        if wide && norm_rows && blocks_of_128 && aligned && p.norm_w.is_multiple_of(16) {
-            let c = cfg((grid(NAME, p.rows as usize)?, 1, 1), 256, 0);
-            // SAFETY: caller's contract; one group of whole 128-value blocks, n <= 256 RNQ_U (checked above).
-            return unsafe { self.launch_one(s, &self.kernels.attn.row_norm_quant, c, p) };
-        }
-        // Without a norm the row is cut into 1024-wide pieces (whole quant blocks, see attn_prep.cu).
-        let pieces = if p.norm_w == 0 { n.div_ceil(1024) } else { 1 };
-        let c = cfg(
-            (grid(NAME, p.rows as usize)?, grid(NAME, pieces)?, 1),
-            256,
-            0,
-        );
-        // SAFETY: caller's contract.
-        unsafe { self.launch_one(s, &self.kernels.attn.row_prep, c, p) }
+        let kernel = row_prep_kernel(p, wide);
+        check(
+            NAME,
+            p.q8 == 0 || (kernel != RowPrepKernel::General && p.quant_blk == 128),
+            || {
+                "row_prep: FP8 codes need 128-value quant blocks on attn_row_quant / attn_row_norm_quant".into()
+            },
+        )?;
+        let k = &self.kernels.attn;
+        let (f, c) = match kernel {
+            RowPrepKernel::Quant => {
+                let warps = (p.rows as usize) * (n / 128);
+                (
+                    &k.row_quant,
+                    cfg((grid(NAME, warps.div_ceil(8))?, 1, 1), 256, 0),
+                )
+            }
+            RowPrepKernel::NormQuant => (
+                &k.row_norm_quant,
+                cfg((grid(NAME, p.rows as usize)?, 1, 1), 256, 0),
+            ),
+            RowPrepKernel::General => {
+                // Without a norm the row is cut into 1024-wide pieces (whole quant blocks, see attn_prep.cu).
+                let pieces = if p.norm_w == 0 { n.div_ceil(1024) } else { 1 };
+                (
+                    &k.row_prep,
+                    cfg(
+                        (grid(NAME, p.rows as usize)?, grid(NAME, pieces)?, 1),
+                        256,
+                        0,
+                    ),
+                )
+            }
+        };
+        // SAFETY: caller's contract; row_prep_kernel only picks the warp-per-block kernels for whole 128-value
+        // blocks (and, with a norm, one aligned f32 group of at most ROW_NORM_QUANT_MAX values); q8 only there.
+        unsafe { self.launch_one(s, f, c, p) }
+    }
+
+    /// Whether [`Self::launch_attn_row_prep`] can also write `p`'s FP8 codes (`p.q8`): 128-value quant blocks on
+    /// one of the warp-per-block kernels (its row count, shape and alignment).
+    pub fn row_prep_q8_ok(&self, p: &AttnRowPrep) -> bool {
+        p.quant_blk == 128
+            && row_prep_kernel(p, p.rows as usize >= row_quant_min()) != RowPrepKernel::General
     }
 
     /// Up to [`VEC_PREP_JOBS`] vector preparations in one launch; job j = (nvec, parameters). Launches of
@@ -364,4 +381,38 @@ fn row_quant_min() -> usize {
 fn vec_prep_wide_min() -> usize {
     static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *V.get_or_init(|| env_usize("DSV4_VEC_PREP_WIDE_MIN").unwrap_or(VEC_PREP_WIDE_MIN_ROWS))
+}
+
+/// The row-preparation kernel a launch takes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RowPrepKernel {
+    /// attn_row_quant: no norm, whole 128-value blocks per group.
+    Quant,
+    /// attn_row_norm_quant: a norm over one f32 group of whole 128-value blocks.
+    NormQuant,
+    /// attn_row_prep: anything else.
+    General,
+}
+
+/// attn_row_quant / attn_row_norm_quant where `wide` allows them and the shape and alignment do: whole
+/// 128-value blocks; attn_row_quant loads 4 values (16 or 8 bytes) and stores 4 bf16 (8 bytes) at once;
+/// attn_row_norm_quant also one f32 group of at most ROW_NORM_QUANT_MAX values and 16-byte aligned weights.
+fn row_prep_kernel(p: &AttnRowPrep, wide: bool) -> RowPrepKernel {
+    let n = (p.groups.max(0) as usize) * (p.width.max(0) as usize);
+    let blocks_of_128 = p.width % 128 == 0 && matches!(p.quant_blk, 0 | 128);
+    let aligned = p.x.is_multiple_of(if p.x_f32 != 0 { 16 } else { 8 })
+        && p.out.is_multiple_of(8)
+        && p.q8.is_multiple_of(4);
+    if !(wide && blocks_of_128 && aligned) {
+        return RowPrepKernel::General;
+    }
+    if p.norm_w == 0 {
+        return RowPrepKernel::Quant;
+    }
+    let norm_rows = p.groups == 1 && p.x_f32 != 0 && n <= ROW_NORM_QUANT_MAX;
+    if norm_rows && p.norm_w.is_multiple_of(16) {
+        RowPrepKernel::NormQuant
+    } else {
+        RowPrepKernel::General
+    }
 }

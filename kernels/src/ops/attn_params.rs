@@ -90,6 +90,11 @@ pub struct AttnRowPrep {
     pub x: u64,
     pub norm_w: u64,
     pub out: u64,
+    /// Also the e4m3 codes `[rows, n]` and their f32 scales `[rows, n / 128]` (the FP8-activation GEMV's input;
+    /// 0: none). Only with quant blocks of 128 on attn_row_quant / attn_row_norm_quant
+    /// ([`crate::GpuContext::row_prep_q8_ok`]).
+    pub q8: u64,
+    pub q8_scales: u64,
     pub x_f32: i32,
     pub groups: i32,
     pub rows: i32,
@@ -304,7 +309,7 @@ mod tests {
     #[test]
     fn parameter_blocks_have_the_c_layouts() {
         // Pointers first, then 4-byte fields, padded to 8 bytes (the C structs in cuda/attn_*.cu).
-        assert_eq!(size_of::<AttnRowPrep>(), 3 * 8 + 6 * 4);
+        assert_eq!(size_of::<AttnRowPrep>(), 5 * 8 + 6 * 4);
         assert_eq!(size_of::<AttnVecPrep>(), 6 * 8 + 8 * 4);
         assert_eq!(size_of::<AttnIndexScore>(), 6 * 8 + 8 * 4);
         assert_eq!(offset_of!(AttnIndexScore, scale), 6 * 8 + 6 * 4);

@@ -53,6 +53,34 @@ pub struct WgKernel {
     pub depth_max: usize,
 }
 
+impl WgKernel {
+    /// The launch of `(nmax rows, splits, groups)` with `depth` ring stages (0 or out of range: the default):
+    /// 128-row blocks of 256 threads, the stages plus 1 KB of alignment slack; and the depth as passed to the
+    /// kernel.
+    pub(crate) fn launch_cfg(
+        &self,
+        name: &'static str,
+        depth: usize,
+        (nmax, splits, groups): (usize, usize, usize),
+    ) -> Result<(LaunchConfig, i32)> {
+        let depth = if (2..=self.depth_max).contains(&depth) {
+            depth
+        } else {
+            self.depth
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                grid(name, nmax.div_ceil(BLOCK_ROWS))?,
+                grid(name, splits)?,
+                grid(name, groups)?,
+            ),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: u32::try_from(depth * self.stage + 1024).unwrap_or(u32::MAX),
+        };
+        Ok((cfg, depth as i32))
+    }
+}
+
 /// `gemv_wg_{fp8,bf16}_nt{1,2,4,8}`: `[format][nt slot]`; `None` where no ring depth fits the device.
 #[derive(Debug, Clone)]
 pub struct WgKernels {
@@ -67,50 +95,11 @@ fn stage_bytes(fp8: bool, nt: usize) -> usize {
 
 impl WgKernels {
     /// Resolves every instance (traps outside the sm_90a SASS: [`GpuContext::wg_ring`] decides whether they
-    /// run) with the deepest ring that keeps `DSV4_GEMV_WG_BLOCKS` (default 2) blocks per SM, or exactly
-    /// `DSV4_GEMV_WG_DEPTH` stages when set (tuning runs).
+    /// run), each with [`resolve_ring`]'s depth.
     pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
-        let want = env_usize("DSV4_GEMV_WG_BLOCKS")
-            .unwrap_or(BLOCKS_DEFAULT)
-            .max(1);
-        let forced = env_usize("DSV4_GEMV_WG_DEPTH");
         let one = |fmt: usize, slot: usize| -> Result<Option<WgKernel>> {
             let f = super::kernel(module, KERNEL_NAMES[fmt][slot])?;
-            let stage = stage_bytes(fmt == 0, 1 << slot);
-            let Some(depth_max) = (2..=DEPTH_MAX)
-                .rev()
-                .find(|d| opt_in_smem(&f, d * stage + 1024).is_ok())
-            else {
-                return Ok(None);
-            };
-            // Opted in for the deepest ring (launches may ask for less); the default: the deepest that keeps
-            // `want` blocks per SM, else the deepest.
-            opt_in_smem(&f, depth_max * stage + 1024)?;
-            let mut best: Option<WgKernel> = None;
-            for depth in (2..=depth_max).rev() {
-                if forced.is_some_and(|d| d != depth) {
-                    continue;
-                }
-                let smem = depth * stage + 1024;
-                let occupancy =
-                    f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None)?;
-                let k = WgKernel {
-                    f: f.clone(),
-                    depth,
-                    smem,
-                    occupancy: (occupancy as usize).max(1),
-                    stage,
-                    depth_max,
-                };
-                let enough = k.occupancy >= want;
-                if best.is_none() || enough {
-                    best = Some(k);
-                }
-                if enough {
-                    break;
-                }
-            }
-            Ok(best)
+            resolve_ring(f, stage_bytes(fmt == 0, 1 << slot))
         };
         let fmt = |f: usize| -> Result<[Option<WgKernel>; 4]> {
             Ok([one(f, 0)?, one(f, 1)?, one(f, 2)?, one(f, 3)?])
@@ -119,6 +108,49 @@ impl WgKernels {
             k: [fmt(0)?, fmt(1)?],
         })
     }
+}
+
+/// A ring kernel of `stage` bytes a stage (gemv_wg.cu, gemv_wq8.cu) with the deepest ring that keeps
+/// `DSV4_GEMV_WG_BLOCKS` (default 2) blocks per SM, or exactly `DSV4_GEMV_WG_DEPTH` stages when set (tuning
+/// runs); `None` where no depth fits the device.
+pub(crate) fn resolve_ring(f: CudaFunction, stage: usize) -> Result<Option<WgKernel>> {
+    let want = env_usize("DSV4_GEMV_WG_BLOCKS")
+        .unwrap_or(BLOCKS_DEFAULT)
+        .max(1);
+    let forced = env_usize("DSV4_GEMV_WG_DEPTH");
+    let Some(depth_max) = (2..=DEPTH_MAX)
+        .rev()
+        .find(|d| opt_in_smem(&f, d * stage + 1024).is_ok())
+    else {
+        return Ok(None);
+    };
+    // Opted in for the deepest ring (launches may ask for less); the default: the deepest that keeps `want`
+    // blocks per SM, else the deepest.
+    opt_in_smem(&f, depth_max * stage + 1024)?;
+    let mut best: Option<WgKernel> = None;
+    for depth in (2..=depth_max).rev() {
+        if forced.is_some_and(|d| d != depth) {
+            continue;
+        }
+        let smem = depth * stage + 1024;
+        let occupancy = f.occupancy_max_active_blocks_per_multiprocessor(256, smem, None)?;
+        let k = WgKernel {
+            f: f.clone(),
+            depth,
+            smem,
+            occupancy: (occupancy as usize).max(1),
+            stage,
+            depth_max,
+        };
+        let enough = k.occupancy >= want;
+        if best.is_none() || enough {
+            best = Some(k);
+        }
+        if enough {
+            break;
+        }
+    }
+    Ok(best)
 }
 
 /// `DSV4_GEMV_WG=0` keeps the mma.sync ring on a device that could run the wgmma one (A/B runs).
@@ -151,21 +183,8 @@ impl GpuContext {
         (groups, splits): (usize, usize),
         p: &GemvParams,
     ) -> Result<()> {
-        let depth = if (2..=kern.depth_max).contains(&depth) {
-            depth
-        } else {
-            kern.depth
-        };
-        let cfg = LaunchConfig {
-            grid_dim: (
-                grid(NAME, (p.nmax.max(1) as usize).div_ceil(BLOCK_ROWS))?,
-                grid(NAME, splits)?,
-                grid(NAME, groups)?,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: u32::try_from(depth * kern.stage + 1024).unwrap_or(u32::MAX),
-        };
-        let depth = depth as i32;
+        let (cfg, depth) =
+            kern.launch_cfg(NAME, depth, (p.nmax.max(1) as usize, splits, groups))?;
         let mut a = Args::new();
         a.arg(p).arg(&depth);
         // SAFETY: caller's contract; the kernel's dynamic shared memory was raised to that of depth_max stages at

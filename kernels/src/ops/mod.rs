@@ -15,6 +15,7 @@ pub(crate) mod gemv_plan;
 pub mod gemv_ring;
 pub(crate) mod gemv_tile;
 pub mod gemv_wg;
+pub mod gemv_wq8;
 pub mod mhc;
 pub mod moe_route;
 pub mod peer;

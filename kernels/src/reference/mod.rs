@@ -6,4 +6,4 @@ mod ops;
 pub mod prefill;
 pub mod split;
 
-pub use ops::{act_quant, bf16_expert, fp4_expert, fp8_gemv, rmsnorm, ActQuant};
+pub use ops::{act_quant, bf16_expert, fp4_expert, fp8_gemv, fp8_gemv_abs, rmsnorm, ActQuant};

@@ -5,6 +5,22 @@ use super::formats::{e2m1_to_f32, e4m3_to_f32, f32_to_e4m3, ue8m0};
 
 /// y[b, n] = sum_k x[b, k] * e4m3(w[n, k]) * S[n/128, k/128]; `w` [n, k], `s` [ceil(n/128), ceil(k/128)].
 pub fn fp8_gemv(x: &[bf16], w: &[u8], s: &[u8], b: usize, n: usize, k: usize) -> Vec<f32> {
+    fp8_gemv_terms(x, w, s, (b, n, k), |t| t)
+}
+
+/// sum_k |x[b, k] * W[n, k]| of [`fp8_gemv`]: the scale of its f32 accumulation error (the tests' bounds).
+pub fn fp8_gemv_abs(x: &[bf16], w: &[u8], s: &[u8], b: usize, n: usize, k: usize) -> Vec<f32> {
+    fp8_gemv_terms(x, w, s, (b, n, k), f64::abs)
+}
+
+/// sum_k term(x[b, k] * W[n, k]) in f64, rounded to f32 once.
+fn fp8_gemv_terms(
+    x: &[bf16],
+    w: &[u8],
+    s: &[u8],
+    (b, n, k): (usize, usize, usize),
+    term: impl Fn(f64) -> f64,
+) -> Vec<f32> {
     let kb = k.div_ceil(128);
     let mut y = vec![0f32; b * n];
     for r in 0..n {
@@ -16,7 +32,7 @@ pub fn fp8_gemv(x: &[bf16], w: &[u8], s: &[u8], b: usize, n: usize, k: usize) ->
             let acc: f64 = xr
                 .iter()
                 .zip(&wrow)
-                .map(|(a, w)| f64::from(a.to_f32()) * f64::from(*w))
+                .map(|(a, w)| term(f64::from(a.to_f32()) * f64::from(*w)))
                 .sum();
             y[bi * n + r] = acc as f32;
         }

@@ -96,18 +96,7 @@ fn run_case(
         download(g, &y)
     };
     // The scale of the f32 accumulation error: sum |x*w|.
-    let absum: Vec<f32> = (0..b * n)
-        .map(|i| {
-            let (bi, row) = (i / n, i % n);
-            (0..k)
-                .map(|j| {
-                    let wv = reference::formats::e4m3_to_f32(w[row * k + j])
-                        * reference::formats::ue8m0(s[(row / 128) * k.div_ceil(128) + j / 128]);
-                    (x[bi * k + j].to_f32() * wv).abs()
-                })
-                .sum()
-        })
-        .collect();
+    let absum = reference::fp8_gemv_abs(&x, &w, &s, b, n, k);
     let what = format!(
         "fp8 gemv {path:?} (mma.sync {mma_sync}) b={b} n={n} k={k} splits={} bf16_out={bf16_out}",
         plan.splits

@@ -7,6 +7,7 @@ mod expert;
 mod expert_fixed;
 mod gemv;
 mod gemv_tile;
+mod gemv_wq8;
 mod mhc;
 mod moe_route;
 mod norm_quant;

@@ -11,6 +11,7 @@ use super::state::{AttnState, StepMeta};
 use super::step::{grouped_gemv, Job, StageMarks, Step};
 use super::{dptr, dptr_mut, row_prep, stages};
 use crate::api::Numerics;
+use dsv4_kernels::attn::AttnRowPrep;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
@@ -211,20 +212,28 @@ fn project(
     st.mark("wq_a+wkv")?;
     // wq_b and the indexer's wq_b share this input and its format (check_dims).
     let quant = st.official && layer.wq_b.act_quant();
-    let p = row_prep::q_norm(s, layer, &mut sc.act, rows, quant);
-    // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora.
+    let (k, wt) = (cfg.q_lora_rank, layer.wq_b.wt);
+    let mut p = row_prep::q_norm(s, layer, &mut sc.act, rows, quant);
+    let q8 = with_codes(st, &mut p, st.q8(quant, k), sc);
+    // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora (x8 / x8_scales max_rows x q_lora codes and
+    // scales when q8).
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("q norm")?;
     // wq_b and the indexer's wq_b read the same qr: one launch.
     let qr = dptr(&sc.act.qr, s);
     let q_job = Job::linear(&layer.wq_b, qr, dptr_mut(&mut sc.act.q_f32, s), s);
-    let (k, wt) = (cfg.q_lora_rank, layer.wq_b.wt);
-    match &layer.index {
+    let mut jobs = [q_job; 2];
+    let jobs = match &layer.index {
         Some(ix) => {
-            let iq_job = Job::linear(&ix.wq_b, qr, dptr_mut(&mut sc.act.iq_f32, s), s);
-            st.gemv(wt, k, false, &[q_job, iq_job], sc)?;
+            jobs[1] = Job::linear(&ix.wq_b, qr, dptr_mut(&mut sc.act.iq_f32, s), s);
+            &jobs[..]
         }
-        None => st.gemv(wt, k, false, &[q_job], sc)?,
+        None => &jobs[..1],
+    };
+    if q8 {
+        st.gemv_q8(k, false, jobs, sc)?;
+    } else {
+        st.gemv(wt, k, false, jobs, sc)?;
     }
     st.mark("wq_b")?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
@@ -355,18 +364,41 @@ fn output(
     // The groups share one format (check_dims).
     st.gemv(layer.wo_a[0].wt, g_in, false, &jobs[..groups], sc)?;
     st.mark("wo_a")?;
-    let p = row_prep::regroup(
+    let quant = st.official && layer.wo_b.act_quant();
+    let mut p = row_prep::regroup(
         dptr(&sc.act.u_f32, s),
         dptr_mut(&mut sc.act.u, s),
         cfg.o_groups,
         rows,
         lora,
-        st.official && layer.wo_b.act_quant(),
+        quant,
     );
-    // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16.
+    let q8 = with_codes(st, &mut p, st.q8(quant, layer.wo_b.k), sc);
+    // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16 (x8 / x8_scales max_rows x
+    // groups*lora codes and scales when q8).
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("u quant")?;
     let job = Job::linear(&layer.wo_b, dptr(&sc.act.u, s), dptr_mut(out, s), s);
-    st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
+    if q8 {
+        st.gemv_q8(layer.wo_b.k, true, &[job], sc)?;
+    } else {
+        st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
+    }
     st.mark("wo_b")
+}
+
+/// Points the row preparation `p` at the FP8 codes and scales of `sc.x8` when `want` (the step takes the
+/// FP8-activation GEMV for the linear `p` feeds) and the preparation's kernel can write them; returns whether
+/// it will (else the bf16-x GEMV runs on `p.out` as before).
+fn with_codes(st: &Step<'_>, p: &mut AttnRowPrep, want: bool, sc: &mut AttnScratch) -> bool {
+    if !want {
+        return false;
+    }
+    p.q8 = dptr_mut(&mut sc.x8, st.s);
+    p.q8_scales = dptr_mut(&mut sc.x8_scales, st.s);
+    if st.ctx.row_prep_q8_ok(p) {
+        return true;
+    }
+    (p.q8, p.q8_scales) = (0, 0);
+    false
 }

@@ -51,6 +51,7 @@ pub(crate) fn q_norm(
         width: layer.cfg.q_lora_rank as i32,
         quant_blk: quant_blk(quant),
         eps: layer.cfg.rms_norm_eps,
+        ..Default::default()
     }
 }
 

@@ -32,6 +32,10 @@ pub struct AttnScratch {
     /// reads only the block input), with its own split-K scratch.
     pub lin_side: SideStream,
     pub gemv_lin: GemvScratch,
+    /// The e4m3 codes `[rows, k]` and scales `[rows, k / 128]` of the wq_b or wo_b input, which its
+    /// preparation writes beside the bf16 values when the FP8-activation GEMV runs it ([`super::step::Step::q8`]).
+    pub x8: CudaSlice<u8>,
+    pub x8_scales: CudaSlice<f32>,
 }
 
 /// Workspace and counter lengths of one grouped GEMV over groups of `ns` rows at batch `rows`.
@@ -108,6 +112,7 @@ impl AttnScratch {
         };
         let (ws, cnt) = largest(&needs);
         let (lin_ws, lin_cnt) = largest(&lin);
+        let x8_k = cfg.q_lora_rank.max(lora).max(1);
         Ok(AttnScratch {
             max_rows,
             splits,
@@ -118,6 +123,8 @@ impl AttnScratch {
             gemv: GemvScratch::new(s, ws, cnt)?,
             lin_side: SideStream::new(ctx)?,
             gemv_lin: GemvScratch::new(s, lin_ws, lin_cnt)?,
+            x8: s.alloc_zeros(r * x8_k)?,
+            x8_scales: s.alloc_zeros((r * x8_k).div_ceil(128))?,
         })
     }
 }

@@ -7,8 +7,8 @@ use crate::model::ModelConfig;
 use dsv4_kernels::attn::QUANT_NONE;
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaStream};
 use dsv4_kernels::{
-    gemv_splits, GemvParams, GemvPath, GemvScratch, GemvWeights, GpuContext, GEMV_GROUPS,
-    GEMV_ROW_TILE,
+    gemv_q8_min_rows, gemv_splits, GemvParams, GemvPath, GemvQ8X, GemvScratch, GemvWeights,
+    GpuContext, GEMV_GROUPS, GEMV_Q8_BLOCK, GEMV_ROW_TILE,
 };
 use std::cell::RefCell;
 
@@ -102,6 +102,48 @@ impl<'a> Step<'a> {
         )
     }
 
+    /// One grouped FP8-activation GEMV (gemv_wq8.cu) over `jobs` (FP8 weights) sharing the inner dim `k`, their
+    /// common input's e4m3 codes and scales in `sc.x8` / `sc.x8_scales` (written by its preparation).
+    pub(super) fn gemv_q8(
+        &self,
+        k: usize,
+        out_bf16: bool,
+        jobs: &[Job],
+        sc: &mut AttnScratch,
+    ) -> Result<(), GpuError> {
+        let x8 = (dptr(&sc.x8, self.s), dptr(&sc.x8_scales, self.s));
+        let (p, tiles) = gemv_params(self.rows, k, out_bf16, jobs, &mut sc.gemv, self.s)?;
+        let splits = gemv_splits(
+            self.ctx.info.sm_count as usize,
+            tiles,
+            k,
+            GemvWeights::Fp8,
+            GemvPath::Ring,
+        );
+        let mut q = GemvQ8X::default();
+        for g in 0..jobs.len() {
+            (q.xq[g], q.xs[g]) = x8;
+        }
+        let (ws_len, cnt_len) = (sc.gemv.ws.len(), sc.gemv.cnt.len());
+        // SAFETY: every Job's w/s/out was built by the caller from an FP8 linear of n x k weights and a buffer of
+        // rows x n outputs; x8 / x8_scales hold max_rows x k codes and their scales (AttnScratch::new); ws/cnt
+        // are the scratch's, their lengths checked by the launcher.
+        unsafe {
+            self.ctx
+                .launch_gemv_wq8(self.s, (jobs.len(), splits, 0), &p, &q, ws_len, cnt_len)
+        }?;
+        Ok(())
+    }
+
+    /// Whether this step's FP8 linears of inner dim `k` whose input the official numerics quantise take the
+    /// FP8-activation GEMV: where it runs, from [`gemv_q8_min_rows`] rows, K in whole 128-value blocks.
+    pub(super) fn q8(&self, quantised: bool, k: usize) -> bool {
+        quantised
+            && self.rows >= gemv_q8_min_rows()
+            && k.is_multiple_of(GEMV_Q8_BLOCK)
+            && self.ctx.wq8_ring(self.rows).is_some()
+    }
+
     pub(super) fn quant(&self, q: i32) -> i32 {
         if self.official {
             q
@@ -125,6 +167,25 @@ pub(crate) fn grouped_gemv(
     jobs: &[Job],
     scratch: &mut GemvScratch,
 ) -> Result<(), GpuError> {
+    let (p, tiles) = gemv_params(rows, k, out_bf16, jobs, scratch, s)?;
+    let path = GemvPath::for_rows(rows);
+    let splits = gemv_splits(ctx.info.sm_count as usize, tiles, k, wt, path);
+    let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
+    // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
+    // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
+    unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, path, &p, ws_len, cnt_len) }?;
+    Ok(())
+}
+
+/// The launch parameters of a grouped GEMV over `jobs` (and the 32-row tiles of all groups).
+fn gemv_params(
+    rows: usize,
+    k: usize,
+    out_bf16: bool,
+    jobs: &[Job],
+    scratch: &mut GemvScratch,
+    s: &CudaStream,
+) -> Result<(GemvParams, usize), GpuError> {
     ensure(!jobs.is_empty() && jobs.len() <= GEMV_GROUPS, || {
         format!("{} GEMV groups (1..={GEMV_GROUPS})", jobs.len())
     })?;
@@ -144,11 +205,5 @@ pub(crate) fn grouped_gemv(
         nmax = nmax.max(j.n);
     }
     p.nmax = nmax as i32;
-    let path = GemvPath::for_rows(rows);
-    let splits = gemv_splits(ctx.info.sm_count as usize, tiles, k, wt, path);
-    let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
-    // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
-    // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
-    unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, path, &p, ws_len, cnt_len) }?;
-    Ok(())
+    Ok((p, tiles))
 }

@@ -1,0 +1,156 @@
+//! Decode GEMVs with FP8 activations (cuda/gemv_wq8.cu, sm_90a only): the official FP8 linear as e4m3 x e4m3
+//! wgmma, for inputs that the official numerics quantise anyway (act_quant with 128-wide blocks). The ring's
+//! grid, split-K plan and scratch; x comes as e4m3 codes plus f32 scales ([`GemvQ8X`]).
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::{CudaModule, CudaStream, DeviceRepr};
+
+use super::env_usize;
+use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS};
+use super::gemv_plan::{gemv_cnt_len, gemv_ws_len};
+use super::gemv_ring::ring_splits_ok;
+use super::gemv_wg::{resolve_ring, WgKernel};
+use crate::context::{nt_index, GpuContext};
+use crate::error::{check, Result};
+use crate::launch::Args;
+use crate::module::ModuleSource;
+
+const NAME: &str = "gemv_wq8";
+
+/// Weight rows of one block (two warpgroups of 64, as gemv_wg.rs).
+const BLOCK_ROWS: usize = 128;
+/// K values of one act_quant block (and of one K step).
+pub const GEMV_Q8_BLOCK: usize = 128;
+
+const KERNEL_NAMES: [&str; 4] = [
+    "gemv_wq8_nt1",
+    "gemv_wq8_nt2",
+    "gemv_wq8_nt4",
+    "gemv_wq8_nt8",
+];
+
+/// The FP8 inputs of a launch: per group g, `xq[g]` e4m3 codes `[b, k]` and `xs[g]` f32 scales
+/// `[b, k / 128]` (what `launch_act_quant` with block 128 writes). Mirrors the C struct GemvQ8X.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GemvQ8X {
+    pub xq: [u64; GEMV_GROUPS],
+    pub xs: [u64; GEMV_GROUPS],
+}
+
+// SAFETY: #[repr(C)] arrays of u64 laid out as the C struct GemvQ8X in cuda/gemv_wq8.cu; no references.
+unsafe impl DeviceRepr for GemvQ8X {}
+
+/// `gemv_wq8_nt{1,2,4,8}`; `None` where no ring depth fits the device.
+#[derive(Debug, Clone)]
+pub struct Wq8Kernels {
+    pub k: [Option<WgKernel>; 4],
+}
+
+/// Bytes of one stage: the x tile (1 KB per 8 batch columns), then the block's weight rows x 128 B.
+fn stage_bytes(nt: usize) -> usize {
+    nt * 1024 + BLOCK_ROWS * 128
+}
+
+impl Wq8Kernels {
+    /// Resolves every instance (traps outside the sm_90a SASS: [`GpuContext::wq8_ring`] decides whether they
+    /// run), each with the ring depth of [`resolve_ring`].
+    pub(crate) fn resolve(module: &Arc<CudaModule>) -> Result<Self> {
+        let one = |slot: usize| -> Result<Option<WgKernel>> {
+            resolve_ring(
+                super::kernel(module, KERNEL_NAMES[slot])?,
+                stage_bytes(1 << slot),
+            )
+        };
+        Ok(Wq8Kernels {
+            k: [one(0)?, one(1)?, one(2)?, one(3)?],
+        })
+    }
+}
+
+/// Default fewest rows on the FP8-activation GEMV (`DSV4_GEMV_Q8_MIN` overrides it).
+const Q8_FROM_DEFAULT: usize = 17;
+
+/// Fewest rows for which the engine takes the FP8-activation GEMV where it runs.
+pub fn gemv_q8_min_rows() -> usize {
+    static V: OnceLock<usize> = OnceLock::new();
+    *V.get_or_init(|| {
+        env_usize("DSV4_GEMV_Q8_MIN")
+            .unwrap_or(Q8_FROM_DEFAULT)
+            .max(1)
+    })
+}
+
+/// `DSV4_GEMV_Q8=0` keeps the bf16-x kernels everywhere (A/B runs).
+fn wq8_allowed() -> bool {
+    static V: OnceLock<bool> = OnceLock::new();
+    *V.get_or_init(|| std::env::var("DSV4_GEMV_Q8").map_or(true, |v| v != "0"))
+}
+
+impl GpuContext {
+    /// The FP8-activation kernel for `rows` rows where it runs here: a cc 9.0 device with the nvcc fatbin.
+    pub fn wq8_ring(&self, rows: usize) -> Option<&WgKernel> {
+        if self.info.cc != (9, 0) || self.source != ModuleSource::Fatbin || !wq8_allowed() {
+            return None;
+        }
+        self.kernels.gemv_wq8.k[nt_index(rows)].as_ref()
+    }
+
+    /// y = dequant(xq) W^T over the first `groups` groups: `p` as for [`GpuContext::launch_gemv_grouped`] with
+    /// FP8 weights (its `x` unused), `q` the e4m3 inputs; `splits` from `gemv_splits(.., GemvPath::Ring)`;
+    /// `depth` ring stages (0: the default). Needs [`GpuContext::wq8_ring`] for `p.b` rows.
+    ///
+    /// # Safety
+    /// For g < groups: `q.xq[g]` holds `b*k` bytes and `q.xs[g]` `b*k/128` f32, `p.w[g]` `n[g]*k` e4m3 bytes
+    /// with `p.s[g]` their UE8M0 scales, `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 /
+    /// `cnt_len` zeroed u32.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_gemv_wq8(
+        &self,
+        s: &CudaStream,
+        (groups, splits, depth): (usize, usize, usize),
+        p: &GemvParams,
+        q: &GemvQ8X,
+        ws_len: usize,
+        cnt_len: usize,
+    ) -> Result<()> {
+        let (b, k, nmax) = (
+            p.b.max(0) as usize,
+            p.k.max(0) as usize,
+            p.nmax.max(0) as usize,
+        );
+        let kern = self.wq8_ring(b);
+        check(NAME, kern.is_some(), || {
+            format!("no FP8-activation GEMV for {b} rows on this device")
+        })?;
+        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
+            format!("groups {groups}")
+        })?;
+        check(
+            NAME,
+            (1..=64).contains(&b)
+                && k > 0
+                && k.is_multiple_of(GEMV_Q8_BLOCK)
+                && ring_splits_ok(splits, k, GemvWeights::Fp8),
+            || format!("B {b} K {k} splits {splits} (K % {GEMV_Q8_BLOCK} == 0)"),
+        )?;
+        check(
+            NAME,
+            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
+            || format!("n {:?} nmax {nmax}", &p.n[..groups]),
+        )?;
+        check(
+            NAME,
+            ws_len >= gemv_ws_len(groups, splits, b, nmax)
+                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
+            || format!("workspace {ws_len} / counters {cnt_len} too small"),
+        )?;
+        let Some(kern) = kern else { return Ok(()) };
+        let (cfg, depth) = kern.launch_cfg(NAME, depth, (nmax, splits, groups))?;
+        let mut a = Args::new();
+        a.arg(p).arg(q).arg(&depth);
+        // SAFETY: caller's contract; shapes, splits and scratch checked above; the kernel's dynamic shared memory
+        // was raised to that of depth_max stages at resolve, and wq8_ring only hands out the sm_90a build.
+        unsafe { self.launch_k(s, &kern.f, cfg, &mut a) }
+    }
+}

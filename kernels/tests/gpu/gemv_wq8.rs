@@ -1,0 +1,221 @@
+use dsv4_kernels::reference;
+use dsv4_kernels::{
+    gemv_cnt_len, gemv_splits, gemv_ws_len, GemvParams, GemvPath, GemvQ8X, GemvWeights, GpuContext,
+    GEMV_Q8_BLOCK,
+};
+
+use dsv4_kernels::bf16;
+use dsv4_kernels::reference::formats::{e4m3_to_f32, f32_to_e4m3};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+use crate::common::*;
+
+/// (batch, rows of each group, K): one to three groups of unequal rows (N not a multiple of 128 or 32), K from
+/// one block to the model's 8192, a batch in every 8-column bucket (1, 2, 3-4 and 5-8 tiles of 8).
+const SHAPES: [(usize, &[usize], usize); 7] = [
+    (1, &[300], 1024),
+    (9, &[77, 200], 128),
+    (17, &[129], 2048),
+    (33, &[1000, 129, 64], 4096),
+    (57, &[200], 8192),
+    (64, &[640, 1536], 1024),
+    (40, &[4096], 384),
+];
+
+/// The error bound of one output: 2^-9 * sum |x * w| plus half a bf16 ulp for a bf16 output. Hopper's FP8
+/// tensor-core sums are not IEEE f32 (DeepSeek-V3 3.3.2: about 14 bits kept inside the MMA, hence its promotion
+/// to f32 every 128 products, which this kernel and the official runtime's FP8 GEMM do): on these inputs the H200
+/// gave errors up to 2^-10.9 of that sum (a 2^-12 bound failed at 2.2x). The exact-input cases check every
+/// index, scale and split bit for bit; a wrong block or column costs O(sum / sqrt(128)), far above this bound.
+fn bound(want: f32, absum: f32, bf16_out: bool) -> f32 {
+    let rnd = if bf16_out {
+        want.abs() * 2f32.powi(-8)
+    } else {
+        0.0
+    };
+    absum * 2f32.powi(-9) + rnd + 1e-30
+}
+
+/// Random inputs: x act_quant'ed from random bf16, random e4m3 weights over every code, block scales 2^-17..2^7.
+fn random_inputs(r: &mut StdRng, b: usize, ns: &[usize], k: usize) -> Inputs {
+    let x = rand_bf16(r, b * k);
+    let weights = ns
+        .iter()
+        .map(|&n| {
+            let w = rand_e4m3(r, n * k);
+            (w, rand_exponents(r, n.div_ceil(128) * k / 128, 110, 134))
+        })
+        .collect();
+    Inputs {
+        x: reference::act_quant(&x, GEMV_Q8_BLOCK),
+        weights,
+    }
+}
+
+/// Inputs whose sums are exact in any order and in the tensor core's FP8 sums: integer codes in [-4, 4] for x
+/// and w, x scales 1 or 2, weight block scales 2^-3..2^3 (every partial sum an integer multiple of 2^-3 below
+/// 2^16). The kernel must then match the reference bit for bit.
+fn exact_inputs(r: &mut StdRng, b: usize, ns: &[usize], k: usize) -> Inputs {
+    let code = |r: &mut StdRng| f32_to_e4m3(r.random_range(-4i32..=4) as f32);
+    let q: Vec<u8> = (0..b * k).map(|_| code(r)).collect();
+    let scales: Vec<f32> = (0..b * k / 128)
+        .map(|_| f32::from(r.random_range(1u8..=2)))
+        .collect();
+    let deq = q
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| bf16::from_f32(e4m3_to_f32(c) * scales[i / 128]))
+        .collect();
+    let weights = ns
+        .iter()
+        .map(|&n| {
+            let w = (0..n * k).map(|_| code(r)).collect();
+            (w, rand_exponents(r, n.div_ceil(128) * k / 128, 124, 130))
+        })
+        .collect();
+    Inputs {
+        x: reference::ActQuant { q, scales, deq },
+        weights,
+    }
+}
+
+/// x (codes, scales and their exact bf16 values) and each group's weights and block scales.
+struct Inputs {
+    x: reference::ActQuant,
+    weights: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// One launch against the f64 reference on x's exact values (the codes times their scales), twice on the same
+/// scratch (the second relies on the counters the first reset). Returns the worst error over its bound (0 when
+/// `exact`: then every output must match bit for bit).
+fn run_case(
+    g: &GpuContext,
+    (b, ns, k): (usize, &[usize], usize),
+    inp: &Inputs,
+    (splits, bf16_out, exact): (usize, bool, bool),
+) -> f32 {
+    let aq = &inp.x;
+    let nmax = ns.iter().copied().max().unwrap_or(1);
+    let (wl, cl) = (
+        gemv_ws_len(ns.len(), splits, b, nmax),
+        gemv_cnt_len(ns.len(), nmax),
+    );
+    let mut ws = upload(g, &vec![0f32; wl.max(1)]);
+    let mut cnt = upload(g, &vec![0u32; cl.max(1)]);
+    let (mut xq, mut xs) = (upload(g, &aq.q), upload(g, &aq.scales));
+    let mut p = GemvParams {
+        b: b as i32,
+        k: k as i32,
+        nmax: nmax as i32,
+        out_bf16: i32::from(bf16_out),
+        ..Default::default()
+    };
+    let mut q = GemvQ8X::default();
+    let mut dev = Vec::new();
+    for (i, &n) in ns.iter().enumerate() {
+        let (w, s) = &inp.weights[i];
+        let (dw, ds) = (upload(g, w), upload(g, s));
+        let yf = upload(g, &vec![f32::NAN; b * n]);
+        let yb = upload(g, &vec![dsv4_kernels::bf16::NAN; b * n]);
+        (p.w[i], p.s[i], p.n[i]) = (dev_ptr(g, &dw), dev_ptr(g, &ds), n as i32);
+        q.xq[i] = dev_ptr_mut(g, &mut xq);
+        q.xs[i] = dev_ptr_mut(g, &mut xs);
+        dev.push((dw, ds, yf, yb));
+    }
+    for (i, d) in dev.iter_mut().enumerate() {
+        p.out[i] = if bf16_out {
+            dev_ptr_mut(g, &mut d.3)
+        } else {
+            dev_ptr_mut(g, &mut d.2)
+        };
+    }
+    (p.ws, p.cnt) = (dev_ptr_mut(g, &mut ws), dev_ptr_mut(g, &mut cnt));
+    for _ in 0..2 {
+        // SAFETY: xq / xs hold b*k codes and b*k/128 scales; each group's weights, scales and outputs hold
+        // n*k, ceil(n/128)*k/128 and b*n elements; ws / cnt hold wl / cl.
+        unsafe { g.launch_gemv_wq8(&g.stream, (ns.len(), splits, 0), &p, &q, wl, cl) }
+            .expect("launch");
+    }
+    let mut worst_all = 0f32;
+    for (i, &n) in ns.iter().enumerate() {
+        let (w, s) = &inp.weights[i];
+        let want = reference::fp8_gemv(&aq.deq, w, s, b, n, k);
+        let got: Vec<f32> = if bf16_out {
+            download(g, &dev[i].3).iter().map(|v| v.to_f32()).collect()
+        } else {
+            download(g, &dev[i].2)
+        };
+        let what = format!(
+            "gemv_wq8 b={b} n={n} (group {i}) k={k} splits={splits} bf16_out={bf16_out} exact={exact}"
+        );
+        if exact {
+            let want: Vec<f32> = if bf16_out {
+                want.iter().map(|v| bf16::from_f32(*v).to_f32()).collect()
+            } else {
+                want
+            };
+            assert_same_bits(&got, &want, &what);
+            println!("{what}: same bits");
+            continue;
+        }
+        let absum = reference::fp8_gemv_abs(&aq.deq, w, s, b, n, k);
+        let (worst, at) = worst_ratio(&got, &want, |j| bound(want[j], absum[j], bf16_out));
+        println!(
+            "{what}: rel_l2 {:.2e}, worst/bound {worst:.3} (element {at}: got {} want {}, sum|xw| {})",
+            rel_l2(&got, &want),
+            got[at],
+            want[at],
+            absum[at]
+        );
+        worst_all = worst_all.max(worst);
+    }
+    assert!(
+        download(g, &cnt).iter().all(|&c| c == 0),
+        "split-K counters left non-zero"
+    );
+    worst_all
+}
+
+fn dev_ptr<T>(g: &GpuContext, b: &dsv4_kernels::cudarc::driver::CudaSlice<T>) -> u64 {
+    use dsv4_kernels::cudarc::driver::DevicePtr;
+    b.device_ptr(&g.stream).0
+}
+
+fn dev_ptr_mut<T>(g: &GpuContext, b: &mut dsv4_kernels::cudarc::driver::CudaSlice<T>) -> u64 {
+    use dsv4_kernels::cudarc::driver::DevicePtrMut;
+    b.device_ptr_mut(&g.stream).0
+}
+
+/// The FP8-activation GEMV (sm_90a only) on every shape at its planned split, one split and the most, both
+/// output types.
+#[test]
+fn fp8_act_gemv_matches_reference() {
+    let Some(g) = gpu() else { return };
+    if g.wq8_ring(64).is_none() {
+        eprintln!(
+            "SKIP: gemv_wq8 runs only on sm_90a with the nvcc fatbin (this device: cc {:?})",
+            g.info.cc
+        );
+        return;
+    }
+    let sms = g.info.sm_count as usize;
+    let mut worst = 0f32;
+    for (i, &(b, ns, k)) in SHAPES.iter().enumerate() {
+        let tiles: usize = ns.iter().map(|n| n.div_ceil(32)).sum();
+        let planned = gemv_splits(sms, tiles, k, GemvWeights::Fp8, GemvPath::Ring);
+        let most = (k / 128).min(8);
+        let most = 1 << most.ilog2();
+        let mut splits = vec![planned, 1, most];
+        splits.dedup();
+        for (j, &s) in splits.iter().enumerate() {
+            let mut r = rng(700 + (i * 4 + j) as u64);
+            let out_bf16 = (i + j) % 2 == 1;
+            let exact = exact_inputs(&mut r, b, ns, k);
+            run_case(&g, (b, ns, k), &exact, (s, out_bf16, true));
+            let random = random_inputs(&mut r, b, ns, k);
+            worst = worst.max(run_case(&g, (b, ns, k), &random, (s, out_bf16, false)));
+        }
+    }
+    assert!(worst <= 1.0, "worst error {worst:.3} x the bound");
+}
