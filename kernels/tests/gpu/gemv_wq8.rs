@@ -86,15 +86,14 @@ struct Inputs {
     weights: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// One launch against the f64 reference on x's exact values (the codes times their scales), twice on the same
-/// scratch (the second relies on the counters the first reset). Returns the worst error over its bound (0 when
-/// `exact`: then every output must match bit for bit).
-fn run_case(
+/// One launch of the GEMV on `inp`, twice on the same scratch (the second relies on the counters the first
+/// reset); each group's outputs as f32.
+fn launch(
     g: &GpuContext,
     (b, ns, k): (usize, &[usize], usize),
     inp: &Inputs,
-    (splits, bf16_out, exact): (usize, bool, bool),
-) -> f32 {
+    (splits, bf16_out): (usize, bool),
+) -> Vec<Vec<f32>> {
     let aq = &inp.x;
     let nmax = ns.iter().copied().max().unwrap_or(1);
     let (wl, cl) = (
@@ -137,15 +136,36 @@ fn run_case(
         unsafe { g.launch_gemv_wq8(&g.stream, (ns.len(), splits, 0), &p, &q, wl, cl) }
             .expect("launch");
     }
+    assert!(
+        download(g, &cnt).iter().all(|&c| c == 0),
+        "split-K counters left non-zero"
+    );
+    dev.iter()
+        .map(|d| {
+            if bf16_out {
+                download(g, &d.3).iter().map(|v| v.to_f32()).collect()
+            } else {
+                download(g, &d.2)
+            }
+        })
+        .collect()
+}
+
+/// [`launch`] against the f64 reference on x's exact values. Returns the worst error over its bound (0 when
+/// `exact`: then every output must match bit for bit).
+fn run_case(
+    g: &GpuContext,
+    (b, ns, k): (usize, &[usize], usize),
+    inp: &Inputs,
+    (splits, bf16_out, exact): (usize, bool, bool),
+) -> f32 {
+    let aq = &inp.x;
+    let outs = launch(g, (b, ns, k), inp, (splits, bf16_out));
     let mut worst_all = 0f32;
     for (i, &n) in ns.iter().enumerate() {
         let (w, s) = &inp.weights[i];
         let want = reference::fp8_gemv(&aq.deq, w, s, b, n, k);
-        let got: Vec<f32> = if bf16_out {
-            download(g, &dev[i].3).iter().map(|v| v.to_f32()).collect()
-        } else {
-            download(g, &dev[i].2)
-        };
+        let got = &outs[i];
         let what = format!(
             "gemv_wq8 b={b} n={n} (group {i}) k={k} splits={splits} bf16_out={bf16_out} exact={exact}"
         );
@@ -155,25 +175,21 @@ fn run_case(
             } else {
                 want
             };
-            assert_same_bits(&got, &want, &what);
+            assert_same_bits(got, &want, &what);
             println!("{what}: same bits");
             continue;
         }
         let absum = reference::fp8_gemv_abs(&aq.deq, w, s, b, n, k);
-        let (worst, at) = worst_ratio(&got, &want, |j| bound(want[j], absum[j], bf16_out));
+        let (worst, at) = worst_ratio(got, &want, |j| bound(want[j], absum[j], bf16_out));
         println!(
             "{what}: rel_l2 {:.2e}, worst/bound {worst:.3} (element {at}: got {} want {}, sum|xw| {})",
-            rel_l2(&got, &want),
+            rel_l2(got, &want),
             got[at],
             want[at],
             absum[at]
         );
         worst_all = worst_all.max(worst);
     }
-    assert!(
-        download(g, &cnt).iter().all(|&c| c == 0),
-        "split-K counters left non-zero"
-    );
     worst_all
 }
 
@@ -218,4 +234,52 @@ fn fp8_act_gemv_matches_reference() {
         }
     }
     assert!(worst <= 1.0, "worst error {worst:.3} x the bound");
+}
+
+/// A row's outputs do not depend on the batch around it: the first rows of one input at 3, 9, 17, 40 and 64 rows
+/// (every MMA width, n8 to n64) give the same bits, as the engine's batch invariance needs.
+#[test]
+fn fp8_act_gemv_rows_independent_of_batch() {
+    let Some(g) = gpu() else { return };
+    if g.wq8_ring(64).is_none() {
+        eprintln!("SKIP: gemv_wq8 runs only on sm_90a with the nvcc fatbin");
+        return;
+    }
+    let (ns, k): (&[usize], usize) = (&[640, 200], 2048);
+    let mut r = rng(900);
+    let full = random_inputs(&mut r, 64, ns, k);
+    let tiles: usize = ns.iter().map(|n| n.div_ceil(32)).sum();
+    let splits = gemv_splits(
+        g.info.sm_count as usize,
+        tiles,
+        k,
+        GemvWeights::Fp8,
+        GemvPath::Ring,
+    );
+    let mut first: Option<Vec<Vec<f32>>> = None;
+    for b in [3usize, 9, 17, 40, 64] {
+        let inp = Inputs {
+            x: reference::ActQuant {
+                q: full.x.q[..b * k].to_vec(),
+                scales: full.x.scales[..b * k / 128].to_vec(),
+                deq: full.x.deq[..b * k].to_vec(),
+            },
+            weights: full.weights.clone(),
+        };
+        let outs = launch(&g, (b, ns, k), &inp, (splits, false));
+        let head: Vec<Vec<f32>> = outs
+            .iter()
+            .zip(ns)
+            .map(|(o, &n)| o[..3 * n].to_vec())
+            .collect();
+        match &first {
+            None => first = Some(head),
+            Some(f) => {
+                for (gi, (a, want)) in head.iter().zip(f).enumerate() {
+                    assert_same_bits(a, want, &format!("group {gi}: batch {b} against batch 3"));
+                }
+                println!("gemv_wq8 rows 0-2 at batch {b}: the same bits as at batch 3");
+            }
+        }
+    }
 }
