@@ -206,14 +206,8 @@ fn bench_model_gemv(
             .map(|n| filled(g, b * n, 0f32))
             .collect::<R<_>>()?;
         let cands = gemv_variants(g, (wt, k, tiles), b, mode);
-        let ring = gemv_splits(g.info.sm_count as usize, tiles, k, wt, GemvPath::Ring);
-        let smax = cands
-            .iter()
-            .map(|c| c.3)
-            .max()
-            .unwrap_or(1)
-            .max(ring)
-            .max(8);
+        // The q8 rows (kbench_pf/q8.rs) time up to the ring's most splits, 8.
+        let smax = cands.iter().map(|c| c.3).max().unwrap_or(1).max(8);
         let (wl, cl) = (
             gemv_ws_len(ns.len(), smax, b, nmax),
             gemv_cnt_len(GEMV_GROUPS, nmax),

@@ -11,7 +11,7 @@ use super::gemv_plan::{gemv_cnt_len, gemv_ws_len};
 use super::gemv_ring::ring_splits_ok;
 use super::gemv_wg::{resolve_ring, WgKernel};
 use crate::context::{nt_index, GpuContext};
-use crate::error::{check, Result};
+use crate::error::{check, KernelError, Result};
 use crate::launch::Args;
 use crate::module::ModuleSource;
 
@@ -119,9 +119,9 @@ impl GpuContext {
             p.k.max(0) as usize,
             p.nmax.max(0) as usize,
         );
-        let kern = self.wq8_ring(b);
-        check(NAME, kern.is_some(), || {
-            format!("no FP8-activation GEMV for {b} rows on this device")
+        let kern = self.wq8_ring(b).ok_or_else(|| KernelError::Shape {
+            kernel: NAME,
+            what: format!("no FP8-activation GEMV for {b} rows on this device"),
         })?;
         check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
             format!("groups {groups}")
@@ -145,7 +145,6 @@ impl GpuContext {
                 && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
             || format!("workspace {ws_len} / counters {cnt_len} too small"),
         )?;
-        let Some(kern) = kern else { return Ok(()) };
         let (cfg, depth) = kern.launch_cfg(NAME, depth, (nmax, splits, groups))?;
         let mut a = Args::new();
         a.arg(p).arg(q).arg(&depth);

@@ -11,7 +11,6 @@ use super::state::{AttnState, StepMeta};
 use super::step::{grouped_gemv, Job, StageMarks, Step};
 use super::{dptr, dptr_mut, row_prep, stages};
 use crate::api::Numerics;
-use dsv4_kernels::attn::AttnRowPrep;
 use dsv4_kernels::attn::*;
 use dsv4_kernels::cudarc::driver::{CudaSlice, CudaStream};
 use dsv4_kernels::{bf16, GpuContext};
