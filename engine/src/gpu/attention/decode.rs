@@ -213,7 +213,7 @@ fn project(
     let quant = st.official && layer.wq_b.act_quant();
     let (k, wt) = (cfg.q_lora_rank, layer.wq_b.wt);
     let mut p = row_prep::q_norm(s, layer, &mut sc.act, rows, quant);
-    let q8 = with_codes(st, &mut p, st.q8(quant, k), sc);
+    let q8 = st.with_codes(&mut p, st.q8(quant, k), sc);
     // SAFETY: qr_f32 / qr hold rows x q_lora, q_norm q_lora (x8 / x8_scales max_rows x q_lora codes and
     // scales when q8).
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
@@ -372,7 +372,7 @@ fn output(
         lora,
         quant,
     );
-    let q8 = with_codes(st, &mut p, st.q8(quant, layer.wo_b.k), sc);
+    let q8 = st.with_codes(&mut p, st.q8(quant, layer.wo_b.k), sc);
     // SAFETY: u_f32 holds groups x rows x lora f32, u rows x groups*lora bf16 (x8 / x8_scales max_rows x
     // groups*lora codes and scales when q8).
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
@@ -384,20 +384,4 @@ fn output(
         st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
     }
     st.mark("wo_b")
-}
-
-/// Points the row preparation `p` at the FP8 codes and scales of `sc.x8` when `want` (the step takes the
-/// FP8-activation GEMV for the linear `p` feeds) and the preparation's kernel can write them; returns whether
-/// it will (else the bf16-x GEMV runs on `p.out` as before).
-fn with_codes(st: &Step<'_>, p: &mut AttnRowPrep, want: bool, sc: &mut AttnScratch) -> bool {
-    if !want {
-        return false;
-    }
-    p.q8 = dptr_mut(&mut sc.x8, st.s);
-    p.q8_scales = dptr_mut(&mut sc.x8_scales, st.s);
-    if st.ctx.row_prep_q8_ok(p) {
-        return true;
-    }
-    (p.q8, p.q8_scales) = (0, 0);
-    false
 }

@@ -4,7 +4,7 @@ use super::layer::Fp8Linear;
 use super::scratch::AttnScratch;
 use super::{dptr, dptr_mut};
 use crate::model::ModelConfig;
-use dsv4_kernels::attn::QUANT_NONE;
+use dsv4_kernels::attn::{AttnRowPrep, QUANT_NONE};
 use dsv4_kernels::cudarc::driver::{sys, CudaEvent, CudaStream};
 use dsv4_kernels::{
     gemv_q8_min_rows, gemv_splits, GemvParams, GemvPath, GemvQ8X, GemvScratch, GemvWeights,
@@ -142,6 +142,22 @@ impl<'a> Step<'a> {
             && self.rows >= gemv_q8_min_rows()
             && k.is_multiple_of(GEMV_Q8_BLOCK)
             && self.ctx.wq8_ring(self.rows).is_some()
+    }
+
+    /// Points the row preparation `p` at the FP8 codes and scales of `sc.x8` when `want` (the step takes the
+    /// FP8-activation GEMV for the linear `p` feeds) and the preparation's kernel can write them; returns whether
+    /// it will (else the bf16-x GEMV runs on `p.out` as before).
+    pub(super) fn with_codes(&self, p: &mut AttnRowPrep, want: bool, sc: &mut AttnScratch) -> bool {
+        if !want {
+            return false;
+        }
+        p.q8 = dptr_mut(&mut sc.x8, self.s);
+        p.q8_scales = dptr_mut(&mut sc.x8_scales, self.s);
+        if self.ctx.row_prep_q8_ok(p) {
+            return true;
+        }
+        (p.q8, p.q8_scales) = (0, 0);
+        false
     }
 
     pub(super) fn quant(&self, q: i32) -> i32 {
