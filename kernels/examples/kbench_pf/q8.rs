@@ -4,6 +4,7 @@
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{
     bf16, gemv_splits, GemvParams, GemvPath, GemvQ8X, GemvWeights, GpuContext, GEMV_Q8_BLOCK,
+    GEMV_ROW_TILE,
 };
 
 use super::{filled, ptr_of, ptr_of_ro, time_ms, R};
@@ -37,7 +38,7 @@ pub fn bench(g: &GpuContext, c: &Q8Case<'_>, b: usize, copy: f64) -> R<()> {
         q.xq[i] = ptr_of(&mut xq, g);
         q.xs[i] = ptr_of(&mut xs, g);
     }
-    let tiles: usize = c.ns.iter().map(|n| n.div_ceil(32)).sum();
+    let tiles: usize = c.ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let sms = g.info.sm_count as usize;
     let splits = gemv_splits(sms, tiles, k, GemvWeights::Fp8, GemvPath::Ring);
     let copies = c.ws.len();

@@ -10,6 +10,7 @@ use cudarc::driver::{
 use half::bf16;
 use std::sync::Arc;
 
+use super::gemv_plan::check_groups_and_scratch;
 pub use super::gemv_plan::{gemv_cnt_len, gemv_splits, gemv_splits_max, gemv_ws_len};
 use super::gemv_ring::{ring_splits_ok, GemvPath, RING_ROWS_MIN};
 use super::gemv_tile::tiled_launch;
@@ -389,9 +390,7 @@ impl GpuContext {
             wt, groups, splits, ..
         } = l;
         let (b, k, nmax) = (p.b as usize, p.k as usize, p.nmax as usize);
-        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
-            format!("gemv groups {groups}")
-        })?;
+        check_groups_and_scratch(NAME, p, (groups, splits), (ws_len, cnt_len))?;
         let (lo, splits_ok) = match l.path {
             GemvPath::Skinny => (1, splits >= 1),
             GemvPath::Ring => (RING_ROWS_MIN, ring_splits_ok(splits, k, wt)),
@@ -400,17 +399,6 @@ impl GpuContext {
             NAME,
             (lo..=64).contains(&b) && k > 0 && k.is_multiple_of(wt.k_align()) && splits_ok,
             || format!("gemv B {b} K {k} splits {splits} ({:?})", l.path),
-        )?;
-        check(
-            NAME,
-            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
-            || format!("gemv n {:?} nmax {nmax}", &p.n[..groups]),
-        )?;
-        check(
-            NAME,
-            ws_len >= gemv_ws_len(groups, splits, b, nmax)
-                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
-            || format!("gemv workspace {ws_len} / counters {cnt_len} too small"),
         )?;
         // Batch tiles (gemv_tile.rs): the same bits, the counters checked for every (group, tile).
         let cnt_room = if splits > 1 { cnt_len } else { usize::MAX };

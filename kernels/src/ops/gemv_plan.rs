@@ -1,7 +1,8 @@
 //! Split-K plans and scratch sizes of the decode GEMVs (gemv.rs launches them): one split planner per kernel
 //! family, the workspace and the arrival counters a launch needs.
-use super::gemv::{GemvWeights, GEMV_ROW_TILE};
+use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS, GEMV_ROW_TILE};
 use super::gemv_ring::{ring_splits, GemvPath};
+use crate::error::{check, Result};
 
 /// Split-K of a launch on `path` with `tiles` 32-row tiles in all (sum over groups) and inner dim `k`.
 /// Skinny: about two blocks per SM (from the device's SM count), every warp keeping at least one K step;
@@ -41,4 +42,29 @@ pub fn gemv_ws_len(groups: usize, splits: usize, b: usize, nmax: usize) -> usize
 /// Split-K arrival counters of a launch (zeroed once; the kernel resets what it uses).
 pub fn gemv_cnt_len(groups: usize, nmax: usize) -> usize {
     groups * nmax.div_ceil(GEMV_ROW_TILE)
+}
+
+/// The checks every grouped launch of `p` makes, whatever its kernel: 1..=GEMV_GROUPS groups, every group's
+/// rows in 1..=nmax, and a workspace / counters (`ws_len` / `cnt_len`) large enough for `splits`.
+pub(crate) fn check_groups_and_scratch(
+    name: &'static str,
+    p: &GemvParams,
+    (groups, splits): (usize, usize),
+    (ws_len, cnt_len): (usize, usize),
+) -> Result<()> {
+    let (b, nmax) = (p.b.max(0) as usize, p.nmax.max(0) as usize);
+    check(name, (1..=GEMV_GROUPS).contains(&groups), || {
+        format!("groups {groups}")
+    })?;
+    check(
+        name,
+        p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
+        || format!("n {:?} nmax {nmax}", &p.n[..groups]),
+    )?;
+    check(
+        name,
+        ws_len >= gemv_ws_len(groups, splits, b, nmax)
+            && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
+        || format!("workspace {ws_len} / counters {cnt_len} too small"),
+    )
 }

@@ -15,8 +15,8 @@ use crate::module::ModuleSource;
 
 const NAME: &str = "gemv_wg";
 
-/// Weight rows of one block.
-const BLOCK_ROWS: usize = 128;
+/// Weight rows of one block (gemv_wq8.rs's too).
+pub(crate) const BLOCK_ROWS: usize = 128;
 /// Deepest ring tried (the kernel's copy-group waits cover up to 6 stages).
 const DEPTH_MAX: usize = 6;
 /// Resident blocks per SM the default depth keeps (`DSV4_GEMV_WG_BLOCKS` overrides it).

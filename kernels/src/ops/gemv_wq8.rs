@@ -7,9 +7,9 @@ use cudarc::driver::{CudaModule, CudaStream, DeviceRepr};
 
 use super::env_usize;
 use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS};
-use super::gemv_plan::{gemv_cnt_len, gemv_ws_len};
+use super::gemv_plan::check_groups_and_scratch;
 use super::gemv_ring::ring_splits_ok;
-use super::gemv_wg::{resolve_ring, WgKernel};
+use super::gemv_wg::{resolve_ring, WgKernel, BLOCK_ROWS};
 use crate::context::{nt_index, GpuContext};
 use crate::error::{check, KernelError, Result};
 use crate::launch::Args;
@@ -17,8 +17,6 @@ use crate::module::ModuleSource;
 
 const NAME: &str = "gemv_wq8";
 
-/// Weight rows of one block (two warpgroups of 64, as gemv_wg.rs).
-const BLOCK_ROWS: usize = 128;
 /// K values of one act_quant block (and of one K step).
 pub const GEMV_Q8_BLOCK: usize = 128;
 
@@ -104,7 +102,6 @@ impl GpuContext {
     /// For g < groups: `q.xq[g]` holds `b*k` bytes and `q.xs[g]` `b*k/128` f32, `p.w[g]` `n[g]*k` e4m3 bytes
     /// with `p.s[g]` their UE8M0 scales, `p.out[g]` `b*n[g]` outputs; `p.ws` / `p.cnt` hold `ws_len` f32 /
     /// `cnt_len` zeroed u32.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch_gemv_wq8(
         &self,
         s: &CudaStream,
@@ -123,9 +120,7 @@ impl GpuContext {
             kernel: NAME,
             what: format!("no FP8-activation GEMV for {b} rows on this device"),
         })?;
-        check(NAME, (1..=GEMV_GROUPS).contains(&groups), || {
-            format!("groups {groups}")
-        })?;
+        check_groups_and_scratch(NAME, p, (groups, splits), (ws_len, cnt_len))?;
         check(
             NAME,
             (1..=64).contains(&b)
@@ -133,17 +128,6 @@ impl GpuContext {
                 && k.is_multiple_of(GEMV_Q8_BLOCK)
                 && ring_splits_ok(splits, k, GemvWeights::Fp8),
             || format!("B {b} K {k} splits {splits} (K % {GEMV_Q8_BLOCK} == 0)"),
-        )?;
-        check(
-            NAME,
-            p.n[..groups].iter().all(|&n| n > 0 && n as usize <= nmax),
-            || format!("n {:?} nmax {nmax}", &p.n[..groups]),
-        )?;
-        check(
-            NAME,
-            ws_len >= gemv_ws_len(groups, splits, b, nmax)
-                && (splits == 1 || cnt_len >= gemv_cnt_len(groups, nmax)),
-            || format!("workspace {ws_len} / counters {cnt_len} too small"),
         )?;
         let (cfg, depth) = kern.launch_cfg(NAME, depth, (nmax, splits, groups))?;
         let mut a = Args::new();

@@ -1,7 +1,7 @@
 use dsv4_kernels::reference;
 use dsv4_kernels::{
     gemv_cnt_len, gemv_splits, gemv_ws_len, GemvParams, GemvPath, GemvQ8X, GemvWeights, GpuContext,
-    GEMV_Q8_BLOCK,
+    GEMV_Q8_BLOCK, GEMV_ROW_TILE,
 };
 
 use dsv4_kernels::bf16;
@@ -218,7 +218,7 @@ fn fp8_act_gemv_matches_reference() {
     let sms = g.info.sm_count as usize;
     let mut worst = 0f32;
     for (i, &(b, ns, k)) in SHAPES.iter().enumerate() {
-        let tiles: usize = ns.iter().map(|n| n.div_ceil(32)).sum();
+        let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
         let planned = gemv_splits(sms, tiles, k, GemvWeights::Fp8, GemvPath::Ring);
         let most = (k / 128).min(8);
         let most = 1 << most.ilog2();
@@ -248,7 +248,7 @@ fn fp8_act_gemv_rows_independent_of_batch() {
     let (ns, k): (&[usize], usize) = (&[640, 200], 2048);
     let mut r = rng(900);
     let full = random_inputs(&mut r, 64, ns, k);
-    let tiles: usize = ns.iter().map(|n| n.div_ceil(32)).sum();
+    let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let splits = gemv_splits(
         g.info.sm_count as usize,
         tiles,
