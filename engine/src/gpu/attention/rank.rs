@@ -157,7 +157,7 @@ pub fn project(
     } else {
         out.owned.len()
     };
-    let p = row_prep::regroup(
+    let mut p = row_prep::regroup(
         dptr(&ro.lat, s),
         dptr_mut(&mut ro.u, s),
         groups,
@@ -165,8 +165,11 @@ pub fn project(
         lora,
         st.official,
     );
+    // The FP8-activation GEMV as on one GPU, where this rank's wo_b reads u whole (with the latent exchange it
+    // reads a gathered column range, whose codes are not gathered).
+    let q8 = !out.exchange && st.with_codes(&mut p, st.q8(st.official, wo_b.k), sc);
     // SAFETY: lat holds groups x rows x lora f32 and u rows x groups*lora bf16 (RankOutScratch sizes them
-    // for every group at max_rows).
+    // for every group at max_rows); x8 / x8_scales max_rows x (q_lora or all groups x lora) when q8.
     unsafe { ctx.launch_attn_row_prep(s, &p) }?;
     let x = if out.exchange {
         let width = groups * lora;
@@ -177,5 +180,9 @@ pub fn project(
         dptr(&ro.u, s)
     };
     let job = Job::linear(wo_b, x, dptr_mut(part, s), s);
-    st.gemv(GemvWeights::Fp8, wo_b.k, false, &[job], sc)
+    if q8 {
+        st.gemv_q8(wo_b.k, false, &[job], sc)
+    } else {
+        st.gemv(GemvWeights::Fp8, wo_b.k, false, &[job], sc)
+    }
 }
