@@ -18,7 +18,7 @@
 //          promotion: the tensor core's FP8 accumulation is kept to 128 products). The products are exact; the
 //          result differs from the bf16-x kernels only by summation order and the block accumulation.
 // Constraints: K % 128 == 0, B <= 64; x values exact in e4m3 times their scale (act_quant's outputs).
-// Use:     the engine's wq_b (+ indexer wq_b) and wo_b at 17-64 rows, official numerics, their inputs' codes
+// Use:     the engine's wq_b (+ indexer wq_b) and wo_b at 9-64 rows, official numerics, their inputs' codes
 //          written by attn_row_norm_quant / attn_row_quant beside the bf16 values (GpuContext::wq8_ring).
 // Timings (H200, kbench gemv-q8, us; the bf16-x wgmma ring in brackets): 32 rows wq_b + iwq_b 18.9-20.0 [27.4],
 //          wo_b 16.6-17.4 [22.6], shared w1 + w3 11.7 [14.5]; 64 rows 27.0 [28.6], 25.0 [25.9], 18.5 [18.7]. At 64

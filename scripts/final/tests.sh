@@ -21,7 +21,7 @@ for t in "$1"/gpu_prefill-* "$1"/gpu_model-*; do
   DSV4_PF_WGMMA=all DSV4_PF_GEMM=ws timeout 120 "$t" --test-threads=1 --nocapture 2>&1 | grep -vE "^test .* \.\.\. ok$|^running|^$" | tail -20
   echo "rc=${PIPESTATUS[0]}"
 done
-# The FP8-activation GEMV from one row (it starts at 17 rows by default, more than these tests decode; the tiny
+# The FP8-activation GEMV from one row (it starts at 9 rows by default, more than these tests decode; the tiny
 # checkpoints' K is not whole 128-value blocks, the awkward synthetic model's is).
 for t in "$1"/gpu_model-* "$1"/gpu_attention-* "$1"/gpu_prefix_reuse-*; do
   echo "=== $(basename "$t") DSV4_GEMV_Q8_MIN=1"
