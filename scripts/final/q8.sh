@@ -7,14 +7,8 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64 DSV4_TEST_DATA=$PWD/tests/data NCCL
 B=/tmp/b; mkdir -p $B /tmp/v4
 [ -x $B/dsv4 ] || tar xJf .device-bin/final/bins.tar.xz -C $B
 if [ "${Q8_AB:-0}" = 1 ]; then
-  for round in $(seq 1 ${Q8_ROUNDS:-1}); do
-    for q in 0 1; do
-      echo "=== round $round DSV4_GEMV_Q8=$q"
-      DSV4_GEMV_Q8=$q timeout 100 $B/dsv4 bench --batches ${Q8_BATCHES:-16,32,64} --contexts 4096 --steps 15 \
-        --warmup 3 --prefill 0 2>&1 | grep -E "^\| 4096"
-    done
-  done
-  exit 0
+  AB_VAR=DSV4_GEMV_Q8 AB_VALS="0 1" AB_ROUNDS=${Q8_ROUNDS:-1} AB_BATCHES=${Q8_BATCHES:-16,32,64} \
+    exec bash .device-bin/final/ab.sh
 fi
 [ -d /tmp/v4/tiny-v4 ] || tar xJf .device-bin/final/tinyv4.tar.xz -C /tmp/v4
 export DSV4_GOLDEN_V4=/tmp/v4/tiny-v4

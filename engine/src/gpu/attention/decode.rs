@@ -229,11 +229,7 @@ fn project(
         }
         None => &jobs[..1],
     };
-    if q8 {
-        st.gemv_q8(k, false, jobs, sc)?;
-    } else {
-        st.gemv(wt, k, false, jobs, sc)?;
-    }
+    st.gemv_maybe_q8(q8, wt, k, false, jobs, sc)?;
     st.mark("wq_b")?;
     let hd = cfg.num_attention_heads * cfg.head_dim;
     let base = AttnVecPrep {
@@ -378,10 +374,6 @@ fn output(
     unsafe { st.ctx.launch_attn_row_prep(s, &p) }?;
     st.mark("u quant")?;
     let job = Job::linear(&layer.wo_b, dptr(&sc.act.u, s), dptr_mut(out, s), s);
-    if q8 {
-        st.gemv_q8(layer.wo_b.k, true, &[job], sc)?;
-    } else {
-        st.gemv(layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
-    }
+    st.gemv_maybe_q8(q8, layer.wo_b.wt, layer.wo_b.k, true, &[job], sc)?;
     st.mark("wo_b")
 }

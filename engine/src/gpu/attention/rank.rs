@@ -180,9 +180,5 @@ pub fn project(
         dptr(&ro.u, s)
     };
     let job = Job::linear(wo_b, x, dptr_mut(part, s), s);
-    if q8 {
-        st.gemv_q8(wo_b.k, false, &[job], sc)
-    } else {
-        st.gemv(GemvWeights::Fp8, wo_b.k, false, &[job], sc)
-    }
+    st.gemv_maybe_q8(q8, GemvWeights::Fp8, wo_b.k, false, &[job], sc)
 }

@@ -104,7 +104,7 @@ impl<'a> Step<'a> {
 
     /// One grouped FP8-activation GEMV (gemv_wq8.cu) over `jobs` (FP8 weights) sharing the inner dim `k`, their
     /// common input's e4m3 codes and scales in `sc.x8` / `sc.x8_scales` (written by its preparation).
-    pub(super) fn gemv_q8(
+    fn gemv_q8(
         &self,
         k: usize,
         out_bf16: bool,
@@ -133,6 +133,24 @@ impl<'a> Step<'a> {
                 .launch_gemv_wq8(self.s, (jobs.len(), splits, 0), &p, &q, ws_len, cnt_len)
         }?;
         Ok(())
+    }
+
+    /// [`Self::gemv_q8`] when `q8` (the input's preparation wrote its codes: [`Self::with_codes`]), else
+    /// [`Self::gemv`] on the bf16 input in the jobs, weights `wt`.
+    pub(super) fn gemv_maybe_q8(
+        &self,
+        q8: bool,
+        wt: GemvWeights,
+        k: usize,
+        out_bf16: bool,
+        jobs: &[Job],
+        sc: &mut AttnScratch,
+    ) -> Result<(), GpuError> {
+        if q8 {
+            self.gemv_q8(k, out_bf16, jobs, sc)
+        } else {
+            self.gemv(wt, k, out_bf16, jobs, sc)
+        }
     }
 
     /// Whether this step's FP8 linears of inner dim `k` whose input the official numerics quantise take the
