@@ -294,6 +294,29 @@ __device__ __forceinline__ void cp_async8(u32 dst, const void* src, u32 bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
 
+// Copies the aligned 4-byte word holding byte *b to shared address dst: how the ring GEMVs bring a K step's weight
+// scale byte in with the step's copies (a plain load per step put an L2 round trip on every step's critical path).
+__device__ __forceinline__ void cp_async_word_of(u32 dst, const u8* b) {
+    cp_async4(dst, (const void*)((u64)b & ~(u64)3), 4u);
+}
+
+__device__ __forceinline__ u32 lds_u32(u32 a) {
+    u32 v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float2 lds_f32x2(u32 a) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a) : "memory");
+    return v;
+}
+
+// Byte *b out of its word as cp_async_word_of copied it to shared address a.
+__device__ __forceinline__ u32 lds_byte_of(u32 a, const u8* b) {
+    return (lds_u32(a) >> (8u * (u32)((u64)b & 3))) & 0xffu;
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int N>

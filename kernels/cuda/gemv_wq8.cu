@@ -12,7 +12,8 @@
 //          act_quant_bf16 outputs). Splits and split-K finish as the ring (ring_split_range, ring_splitk_finish).
 // Memory:  a ring of `depth` stages, each 1024-aligned: x (8 NT rows x 128 B), then the weights (128 rows x
 //          128 B), both in wgmma's K-major 128-byte swizzle (16-byte chunk c of row r at r * 128 + 16 (c ^ r % 8)),
-//          filled by 16-byte cp.async.cg (zeros past N, B and K).
+//          filled by 16-byte cp.async.cg (zeros past N, B and K). At NT 4-8 each stage's scales (the weight
+//          block's scale word, the 8 NT x scales) ride in its copy group into a scale ring after the stages.
 // Math:    per K step (128 values) a warpgroup runs 4 wgmma m64n{8NT}k32 into a fresh block accumulator (the
 //          first with scale-d 0), waits, and promotes: acc += blk * (s_w * s_x[col]) (DeepSeek-V3's per-block
 //          promotion: the tensor core's FP8 accumulation is kept to 128 products). The products are exact; the
@@ -20,7 +21,10 @@
 // Constraints: K % 128 == 0, B <= 64; x values exact in e4m3 times their scale (act_quant's outputs).
 // Use:     the engine's wq_b (+ indexer wq_b) and wo_b at 9-64 rows, official numerics, their inputs' codes
 //          written by attn_row_norm_quant / attn_row_quant beside the bf16 values (GpuContext::wq8_ring).
-// Timings (H200, kbench gemv-q8, us; the bf16-x wgmma ring in brackets): 32 rows wq_b + iwq_b 18.9-20.0 [27.4],
+// Timings (H200, kbench gemv-q8, us; twenty-fourth session, with the scale ring at NT 4-8: 64 rows wq_b + iwq_b
+//          23.1 [28.7], wo_b 20.4 [26.0], shared w1 + w3 17.0 [18.6]; 32 rows 18.6 [28.2], 15.6 [22.8], 13.1 [14.4];
+//          in the model under ncu, batch 64: wo_b 28.4 -> 23.2, wq_b + iwq_b 29.2 -> 25.4. Before it, the bf16-x
+//          wgmma ring in brackets): 32 rows wq_b + iwq_b 18.9-20.0 [27.4],
 //          wo_b 16.6-17.4 [22.6], shared w1 + w3 11.7 [14.5]; 64 rows 27.0 [28.6], 25.0 [25.9], 18.5 [18.7]. At 64
 //          rows both kernels are bound by neither the copies nor the FP8 decode: with the in-loop copies left out
 //          the launch still took 23.2 of 25.7 us; the split-K finish (last block sums 8 partials) took ~6 us.
@@ -36,6 +40,15 @@ struct GemvQ8X {
 
 #define GQ8_XBYTES(NT) ((NT) * 1024)
 #define GQ8_STAGE(NT) (GQ8_XBYTES(NT) + GWG_ROWS * 128)
+// One slot of the scale ring (after the depth stages): the 4-byte word holding the step's weight-scale byte, 12
+// bytes of padding, then the step's 8 NT x scales. The scales ride in the stage's copy group, so a step's promotion
+// reads them from shared memory instead of waiting on its own global loads (an L2 round trip a step).
+#define GQ8_SBYTES(NT) (16 + (NT) * 32)
+// Which widths take the scale ring. At NT 4-8 (17-64 rows) the wgmma and the promotion are long and the scale
+// loads' round trip landed on every step's chain (kbench gemv-q8, H200: 64 rows wo_b 25.9 -> 20.4 us, wq_b + iwq_b
+// 27.5 -> 23.1; 32 rows 17.3 -> 15.6, 19.9 -> 18.6); at NT 1-2 the plain loads before the step's wait were faster
+// for wq_b + iwq_b (9-16 rows: 17.3 -> 18.1 us with the ring), so they keep them.
+#define GQ8_SCALE_RING(NT) ((NT) >= 4)
 
 // 128-byte swizzle: byte offset of 16-byte chunk q of row r in a 1024-aligned tile.
 __device__ __forceinline__ u32 gq8_sw(int r, int q) { return (u32)(r * 128 + ((q ^ (r & 7)) << 4)); }
@@ -64,6 +77,28 @@ __device__ __forceinline__ void gq8_issue_x(u32 xs, const u8* x, int B, int K, i
             cp_async16(xs + gq8_sw(b, q), ok ? x + (u64)b * K + kb * 128 + q * 16 : x, ok ? 16u : 0u);
         }
     }
+}
+
+// Requests the x scales of K block kb into the scale slot ss (xs: f32 [B, kblocks]; columns >= B: zeros). The
+// slot's first word holds the weight scale (cp_async_word_of, issued with the weights: before the PDL wait).
+// Loads one K step's scales from global memory (the NT <= 2 form; columns >= B read row 0's).
+template <int NT>
+__device__ __forceinline__ void gq8_load_scales(float& sw, float2 (&sx)[NT], const u8* swp, const float* xs, int B,
+                                                int kblocks, int kb) {
+    const int t = threadIdx.x & 3;
+    sw = ue8m0_to_f32((u32)*swp);
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int b0 = 8 * j + 2 * t, b1 = b0 + 1;
+        sx[j].x = __ldg(xs + (u64)(b0 < B ? b0 : 0) * kblocks + kb);
+        sx[j].y = __ldg(xs + (u64)(b1 < B ? b1 : 0) * kblocks + kb);
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void gq8_issue_sx(u32 ss, const float* xs, int B, int kblocks, int kb) {
+    const int b = threadIdx.x;
+    if (b < 8 * NT) cp_async4(ss + 16 + 4 * b, b < B ? xs + (u64)b * kblocks + kb : xs, b < B ? 4u : 0u);
 }
 
 #if defined(DSV4_WGMMA)
@@ -114,7 +149,8 @@ __device__ __forceinline__ void gq8_mma<8>(float (&d)[32], u64 a, u64 b, int acc
 template <int NT>
 __device__ __forceinline__ void gemv_wq8(const GemvParams& p, const GemvQ8X& q, int depth) {
     extern __shared__ __align__(16) u8 gq8_smem[];  // aligned to 1024 below (the host adds the slack)
-    constexpr int XB = GQ8_XBYTES(NT), SB = GQ8_STAGE(NT);
+    constexpr int XB = GQ8_XBYTES(NT), SB = GQ8_STAGE(NT), SCB = GQ8_SBYTES(NT);
+    constexpr bool SS = GQ8_SCALE_RING(NT);
     const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
     const int warp = threadIdx.x >> 5, t = threadIdx.x & 3;  // t: the lane's column pair in each n8 tile
     const int row0 = blockIdx.x * GWG_ROWS;
@@ -127,56 +163,64 @@ __device__ __forceinline__ void gemv_wq8(const GemvParams& p, const GemvQ8X& q, 
     const u8* w = (const u8*)p.w[grp];
     const u8* x = q.xq[grp];
     const u32 ring = (smem_u32(gq8_smem) + 1023u) & ~1023u;
-    for (int i = 0; i < depth - 1 && i < nsteps; ++i)
-        gq8_issue_w(ring + i * SB + XB, w, row0, N, K, s0 + i);  // weights: before the wait
+    const u32 sring = ring + (u32)depth * SB;  // the scale ring: slot i % depth holds step i's scales
+    const int kblocks = K >> 7;
+    const u8* srow = p.s[grp] + (u64)(row0 >> 7) * kblocks + s0;
+    const float* xs = q.xs[grp];
+    for (int i = 0; i < depth - 1 && i < nsteps; ++i) {  // weights and their scales: before the wait
+        gq8_issue_w(ring + i * SB + XB, w, row0, N, K, s0 + i);
+        if (SS && threadIdx.x == 0) cp_async_word_of(sring + i * SCB, srow + i);
+    }
     pdl_wait();
-    for (int i = 0; i < depth - 1 && i < nsteps; ++i) gq8_issue_x<NT>(ring + i * SB, x, B, K, s0 + i);
+    for (int i = 0; i < depth - 1 && i < nsteps; ++i) {
+        gq8_issue_x<NT>(ring + i * SB, x, B, K, s0 + i);
+        if (SS) gq8_issue_sx<NT>(sring + i * SCB, xs, B, kblocks, s0 + i);
+    }
     cp_async_commit();  // the prologue: one group
     float acc[NT * 4], blk[NT * 4];  // blk: each K step's first wgmma overwrites it (scale-d 0)
 #pragma unroll
     for (int i = 0; i < NT * 4; ++i) acc[i] = 0.f;
     const int wg = warp >> 2, wr = wg * 64 + (warp & 3) * 16;  // the warp's first row in the stage
     const bool active = row0 + wg * 64 < N;                       // warpgroup-uniform
-    const int kblocks = K >> 7;
-    const u8* srow = p.s[grp] + (u64)(row0 >> 7) * kblocks + s0;
-    const float* xs = q.xs[grp] + s0;
-    u32 cur = 0, prev = (u32)(depth - 1) * SB;
+    int cur = 0, prev = depth - 1;  // ring slots: step i reads slot i % depth; step i refills slot (i - 1) % depth
     for (int i = 0; i < nsteps; ++i) {
-        // This step's scales, loaded before the waits (columns >= B read row 0: never stored).
-        const float sw = ue8m0_to_f32((u32)srow[i]);
-        float sx[NT * 2];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int b = 8 * j + 2 * t + e;
-                sx[2 * j + e] = __ldg(xs + (u64)(b < B ? b : 0) * kblocks + i);
-            }
+        float sw;
+        float2 sx[NT];  // columns >= B: zeros (SS) or row 0's (never stored either way)
+        if (!SS) gq8_load_scales<NT>(sw, sx, srow + i, xs, B, kblocks, s0 + i);  // before the waits
         gwg_wait_n(min(i, depth - 2));
         fence_proxy_async();
         __syncthreads();  // step i's stage complete for every thread; every warpgroup is done with slot i - 1
         const int nx = i + depth - 1;
         if (nx < nsteps) {
-            gq8_issue_w(ring + prev + XB, w, row0, N, K, s0 + nx);
-            gq8_issue_x<NT>(ring + prev, x, B, K, s0 + nx);
+            gq8_issue_w(ring + prev * SB + XB, w, row0, N, K, s0 + nx);
+            if (SS && threadIdx.x == 0) cp_async_word_of(sring + prev * SCB, srow + nx);
+            gq8_issue_x<NT>(ring + prev * SB, x, B, K, s0 + nx);
+            if (SS) gq8_issue_sx<NT>(sring + prev * SCB, xs, B, kblocks, s0 + nx);
         }
         cp_async_commit();
         if (active) {
-            const u32 a0 = ring + cur + XB + (u32)wg * 8192u;
+            const u32 st = ring + cur * SB, ss = sring + cur * SCB;
+            const u32 a0 = st + XB + (u32)wg * 8192u;
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; ++s)
-                gq8_mma<NT>(blk, wgmma_desc_sw128(a0 + 32 * s), wgmma_desc_sw128(ring + cur + 32 * s), s);
+                gq8_mma<NT>(blk, wgmma_desc_sw128(a0 + 32 * s), wgmma_desc_sw128(st + 32 * s), s);
             wgmma_commit();
+            if (SS) {  // the step's scales from its slot, read while the MMAs run
+                sw = ue8m0_to_f32(lds_byte_of(ss, srow + i));
+#pragma unroll
+                for (int j = 0; j < NT; ++j) sx[j] = lds_f32x2(ss + 16 + 4 * (8 * j + 2 * t));
+            }
             wgmma_wait<0>();
 #pragma unroll
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int i2 = 0; i2 < 4; ++i2)
-                    acc[j * 4 + i2] = fmaf(blk[j * 4 + i2], sw * sx[2 * j + (i2 & 1)], acc[j * 4 + i2]);
+                    acc[j * 4 + i2] =
+                        fmaf(blk[j * 4 + i2], sw * ((i2 & 1) ? sx[j].y : sx[j].x), acc[j * 4 + i2]);
         }
         prev = cur;
-        cur = cur + SB == (u32)depth * SB ? 0u : cur + SB;
+        cur = cur + 1 == depth ? 0 : cur + 1;
     }
     pdl_trigger();  // the next kernel's start overlaps this block's stores and split-K finish
     gwg_store<NT>(p, acc, row0, wr, active);

@@ -45,9 +45,10 @@ pub struct Wq8Kernels {
     pub k: [Option<WgKernel>; 4],
 }
 
-/// Bytes of one stage: the x tile (1 KB per 8 batch columns), then the block's weight rows x 128 B.
+/// Bytes of one stage: the x tile (1 KB per 8 batch columns), then the block's weight rows x 128 B; plus its
+/// slot of the scale ring (16 B for the weight scale's word, 4 B per batch column: GQ8_SBYTES).
 fn stage_bytes(nt: usize) -> usize {
-    nt * 1024 + BLOCK_ROWS * 128
+    nt * 1024 + BLOCK_ROWS * 128 + 16 + nt * 32
 }
 
 impl Wq8Kernels {
