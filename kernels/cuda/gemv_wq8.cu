@@ -79,8 +79,6 @@ __device__ __forceinline__ void gq8_issue_x(u32 xs, const u8* x, int B, int K, i
     }
 }
 
-// Requests the x scales of K block kb into the scale slot ss (xs: f32 [B, kblocks]; columns >= B: zeros). The
-// slot's first word holds the weight scale (cp_async_word_of, issued with the weights: before the PDL wait).
 // Loads one K step's scales from global memory (the NT <= 2 form; columns >= B read row 0's).
 template <int NT>
 __device__ __forceinline__ void gq8_load_scales(float& sw, float2 (&sx)[NT], const u8* swp, const float* xs, int B,
@@ -95,6 +93,8 @@ __device__ __forceinline__ void gq8_load_scales(float& sw, float2 (&sx)[NT], con
     }
 }
 
+// Requests the x scales of K block kb into the scale slot ss (xs: f32 [B, kblocks]; columns >= B: zeros). The
+// slot's first word holds the weight scale (cp_async_word_of, issued with the weights: before the PDL wait).
 template <int NT>
 __device__ __forceinline__ void gq8_issue_sx(u32 ss, const float* xs, int B, int kblocks, int kb) {
     const int b = threadIdx.x;

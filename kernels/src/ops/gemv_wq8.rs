@@ -46,7 +46,9 @@ pub struct Wq8Kernels {
 }
 
 /// Bytes of one stage: the x tile (1 KB per 8 batch columns), then the block's weight rows x 128 B; plus its
-/// slot of the scale ring (16 B for the weight scale's word, 4 B per batch column: GQ8_SBYTES).
+/// slot of the scale ring (16 B for the weight scale's word, 4 B per batch column: GQ8_SBYTES), reserved at every
+/// width so the depths stay one rule (the kernel uses it at NT 4-8, GQ8_SCALE_RING; at NT 1-2 the slot's 48-80 B
+/// leave the depth unchanged).
 fn stage_bytes(nt: usize) -> usize {
     nt * 1024 + BLOCK_ROWS * 128 + 16 + nt * 32
 }
