@@ -99,6 +99,32 @@ __device__ __forceinline__ void mma_bf16_16816(float* c, u32 a0, u32 a1, u32 a2,
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// c += a . b, f16 x f16 -> f32 (m16n8k16, sm_80+). Fragments: a0 / a2 hold row g's k (2t, 2t + 1) / (2t + 8, 2t + 9),
+// a1 / a3 row g + 8's; b0 / b1 column g's k (2t, 2t + 1) / (2t + 8, 2t + 9); c0 c1 row g columns 2t, 2t + 1, c2 c3
+// row g + 8.
+__device__ __forceinline__ void mma_f16_16816(float* c, u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The two e4m3 codes in the low (HI = false) or high half-word of w as an f16x2, in byte order (exact: every e4m3
+// value is an f16). One F2FP (sm_89+: sm_90 and sm_120; sm_90 adds a shift for the high half).
+template <bool HI>
+__device__ __forceinline__ u32 e4m3x2_f16x2(u32 w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    u32 r;
+    const unsigned short h = (unsigned short)(HI ? w >> 16 : w);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+    return r;
+#else
+    __trap();
+    return 0u;
+#endif
+}
+
 __device__ __forceinline__ u32 byte_perm(u32 a, u32 b, u32 sel) { return __byte_perm(a, b, sel); }
 
 // FP4 expert weights on the device ("device layout"; fp4_layout.cu makes it once, at load). A 32-bit word

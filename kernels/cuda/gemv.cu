@@ -31,7 +31,10 @@
 //          order: deterministic, and independent of which block arrives last.
 // PDL:     the first K step's weights (constant) are loaded before pdl_wait(), so they are in flight while
 //          the previous kernel drains; pdl_trigger() after the K loop lets the next kernel start meanwhile.
-// Constraints: FP8 K % 16 == 0, bf16 K % 8 == 0 (16-byte rows); scale exponent byte <= 134 (scale <= 2^7).
+// FP8 x:   gemv_fp8x_nt{1,2} (1-16 rows, GemvQ8X): x as act_quant's e4m3 codes and per-128 scales, the official
+//          FP8 linear (gemv_fp8x_step), for the linears whose input the official numerics quantise (wq_b, wo_b).
+// Constraints: FP8 K % 16 == 0 (gemv_fp8x: K % 128 == 0), bf16 K % 8 == 0 (16-byte rows); scale exponent byte
+//          <= 134 (scale <= 2^7).
 // Variants / timings: kernels/BENCH_NOTES.md (fp8_gemv, attn_gemv before they were folded into this file;
 //          the standalone split-K reduce launch is gone).
 #include "common.cuh"
@@ -49,6 +52,13 @@ struct GemvParams {
     u32* cnt;   // [groups, ceil(nmax/32)] zeros when split
     int n[GEMV_GROUPS];
     int B, K, nmax, out_bf16;
+};
+
+// The FP8 inputs of the FP8-activation GEMVs (gemv_fp8x here, gemv_wq8.cu): per group g, xq[g] e4m3 codes [B, K]
+// and xs[g] f32 scales [B, K / 128] (act_quant's outputs: x = code * scale per (row, 128-wide K block)).
+struct GemvQ8X {
+    const u8* xq[GEMV_GROUPS];
+    const float* xs[GEMV_GROUPS];
 };
 
 // 4 e4m3 bytes (b0..b3) -> bf16x2 raw bit patterns, value * 2^-120: lo = (b0, b2), hi = (b1, b3).
@@ -160,6 +170,67 @@ __device__ __forceinline__ void gemv_bf16_step(float* acc, const uint4 (&wv)[2][
     }
 }
 
+// One K step (one 128-wide scale block) of the block's 32 rows against NT batch tiles of e4m3 x codes: the official
+// FP8 linear's block sum (products exact, summed in f32 from zero), then its promotion acc += blk * (s_w * s_x[col]),
+// as gemv_wq8.cu. The codes become f16 pairs by one F2FP each (no scale: e4m3 values are f16 values) for f16 MMAs:
+// ~3 instructions per 4 weights against gemv_fp8_step's ~9 bit moves. (sm_90's e4m3 mma.sync is this same F2FP +
+// HMMA, plus an FADD per result.) K order: MMA q of chunk c takes word q of a thread's 16 bytes at 64 c + 16 t, its
+// low pair as k (2t, 2t + 1) and high pair as (2t + 8, 2t + 9); x's word q at the same offset the same way, so the
+// products pair up. Needs K % 128 == 0.
+template <int NT>
+__device__ __forceinline__ void gemv_fp8x_step(float* acc, const uint4 (&wv)[2][GEMV_MT][2], u32 e,
+                                               const u8* __restrict__ xq, const float* __restrict__ xs, int kb,
+                                               int g, int t, int B, int K) {
+    const int kblocks = K >> 7;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    uint4 xv[NT][2];
+    float sx[NT][2];  // the scales of columns 2t, 2t + 1 of each tile (zero past B: their sums are zero too)
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int b = j * 8 + g, c0 = j * 8 + 2 * t;
+        const u8* xp = xq + (u64)(b < B ? b : 0) * K + kb * 128 + t * 16;
+        xv[j][0] = b < B ? ldg_keep(xp) : zero;
+        xv[j][1] = b < B ? ldg_keep(xp + 64) : zero;
+        sx[j][0] = c0 < B ? __ldg(xs + (u64)c0 * kblocks + kb) : 0.f;
+        sx[j][1] = c0 + 1 < B ? __ldg(xs + (u64)(c0 + 1) * kblocks + kb) : 0.f;
+    }
+    float blk[GEMV_MT * NT * 4];
+#pragma unroll
+    for (int i = 0; i < GEMV_MT * NT * 4; ++i) blk[i] = 0.f;
+#pragma unroll
+    for (int c = 0; c < 2; ++c)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            u32 a[GEMV_MT][4];
+#pragma unroll
+            for (int mt = 0; mt < GEMV_MT; ++mt) {
+                const u32 w0 = word_of(wv[c][mt][0], q), w1 = word_of(wv[c][mt][1], q);
+                a[mt][0] = e4m3x2_f16x2<false>(w0);
+                a[mt][1] = e4m3x2_f16x2<false>(w1);
+                a[mt][2] = e4m3x2_f16x2<true>(w0);
+                a[mt][3] = e4m3x2_f16x2<true>(w1);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const u32 xw = word_of(xv[j][c], q);
+                const u32 b0 = e4m3x2_f16x2<false>(xw), b1 = e4m3x2_f16x2<true>(xw);
+#pragma unroll
+                for (int mt = 0; mt < GEMV_MT; ++mt)
+                    mma_f16_16816(&blk[(mt * NT + j) * 4], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+            }
+        }
+    const float sw = ue8m0_to_f32(e);
+#pragma unroll
+    for (int mt = 0; mt < GEMV_MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int a = (mt * NT + j) * 4 + i;
+                acc[a] = fmaf(blk[a], sw * sx[j][i & 1], acc[a]);
+            }
+}
+
 // Called by every thread after this block's partials are stored: the last block of the row tile reduces.
 __device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, int g, int N, const float* ws) {
     __shared__ int last;
@@ -184,8 +255,9 @@ __device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, int g, i
     }
 }
 
-template <int NT, bool FP8>
-__device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
+// XQ (FP8 weights only): x is e4m3 codes xq with scales xs (GemvQ8X) instead of p.x's bf16.
+template <int NT, bool FP8, bool XQ>
+__device__ __forceinline__ void gemv_grouped(const GemvParams& p, const u8* xq, const float* xs) {
     __shared__ float red[4 * GEMV_MT * NT * 4 * 32];
     const int grp = blockIdx.z, N = p.n[grp], B = p.B, K = p.K;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -217,7 +289,9 @@ __device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
     const u8* srow = FP8 ? p.s[grp] + (u64)(row0 >> 7) * ((K + 127) >> 7) : nullptr;
     for (int kb = kb0; kb < ksteps; kb += kstride) {
         if (kb != kb0) gemv_load_step(wv, wr, rv, kb, t, row_bytes);
-        if (FP8)
+        if (XQ)
+            gemv_fp8x_step<NT>(acc, wv, srow[kb], xq, xs, kb, g, t, B, K);
+        else if (FP8)
             gemv_fp8_step<NT>(acc, wv, srow[kb], x, kb, g, t, B, K);
         else
             gemv_bf16_step<NT>(acc, wv, x, kb, g, t, B, K);
@@ -252,12 +326,25 @@ __device__ __forceinline__ void gemv_grouped(const GemvParams& p) {
 #define GEMV_BOUNDS_8 __launch_bounds__(256)
 #define GEMV_KERNELS(NT)                                                                                   \
     extern "C" __global__ void GEMV_BOUNDS_##NT gemv_fp8_nt##NT(GemvParams p) {                         \
-        gemv_grouped<NT, true>(p);                                                                         \
+        gemv_grouped<NT, true, false>(p, nullptr, nullptr);                                                \
     }                                                                                                      \
     extern "C" __global__ void GEMV_BOUNDS_##NT gemv_bf16_nt##NT(GemvParams p) {                        \
-        gemv_grouped<NT, false>(p);                                                                        \
+        gemv_grouped<NT, false, false>(p, nullptr, nullptr);                                               \
     }
 GEMV_KERNELS(1)
 GEMV_KERNELS(2)
 GEMV_KERNELS(4)
 GEMV_KERNELS(8)
+
+// gemv_fp8x for 1-16 rows. 3 blocks per SM at 1-8 rows (73 registers, no spills; at 64 registers, 4 blocks, it
+// spilled and took wq_b + iwq_b 14.0 -> 18.0 us), 2 at 9-16 (116). Wider forms are not built: at NT 4-8 they held
+// 166-255 registers (one block per SM) and ran 1.5-3x slower than either ring (kbench gemv-q8 / gemv-ab at 32-64
+// rows, kernels/BENCH_NOTES.md, twenty-fifth session).
+#define GEMV_FP8X_KERNEL(NT, BLOCKS)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, BLOCKS)                                              \
+        gemv_fp8x_nt##NT(GemvParams p, const __grid_constant__ GemvQ8X q) {                                \
+        gemv_grouped<NT, true, true>(p, q.xq[blockIdx.z], q.xs[blockIdx.z]);                               \
+    }
+GEMV_FP8X_KERNEL(1, 3)
+GEMV_FP8X_KERNEL(2, 2)
+#undef GEMV_FP8X_KERNEL

@@ -8,7 +8,7 @@
 //          thread issues 4 + 2 16-byte copies, 4 wgmma and one promotion per K step.
 // Launch:  grid (ceil(nmax / 128), splits, groups), block 256 = 2 warpgroups (64 weight rows each), kernels
 //          gemv_wq8_nt{1,2,4,8} (N = 8 NT batch columns of the MMA), GemvParams (x unused; its w, s, out, ws,
-//          cnt, n, B, K, nmax as gemv_wg.cu) plus GemvQ8X: xq[g] e4m3 [B, K] and xs[g] f32 [B, K / 128] (the
+//          cnt, n, B, K, nmax as gemv_wg.cu) plus GemvQ8X (gemv.cu): xq[g] e4m3 [B, K] and xs[g] f32 [B, K / 128] (the
 //          act_quant_bf16 outputs). Splits and split-K finish as the ring (ring_split_range, ring_splitk_finish).
 // Memory:  a ring of `depth` stages, each 1024-aligned: x (8 NT rows x 128 B), then the weights (128 rows x
 //          128 B), both in wgmma's K-major 128-byte swizzle (16-byte chunk c of row r at r * 128 + 16 (c ^ r % 8)),
@@ -32,11 +32,6 @@
 //          tile (level: no L2 hot spot). Full-size bench, same binary, DSV4_GEMV_Q8 0 / 1: 17 rows -1.5%, 32
 //          rows -1.7%, 48 rows -0.5%, 64 rows -1.2% (kernels/BENCH_NOTES.md, twenty-second session).
 #include "common.cuh"
-
-struct GemvQ8X {
-    const u8* xq[GEMV_GROUPS];
-    const float* xs[GEMV_GROUPS];
-};
 
 #define GQ8_XBYTES(NT) ((NT) * 1024)
 #define GQ8_STAGE(NT) (GQ8_XBYTES(NT) + GWG_ROWS * 128)

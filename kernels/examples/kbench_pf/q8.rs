@@ -3,8 +3,7 @@
 //! depth, and the act_quant launch that makes its input plus the GEMV, back to back.
 use dsv4_kernels::cudarc::driver::CudaSlice;
 use dsv4_kernels::{
-    bf16, gemv_splits, GemvParams, GemvPath, GemvQ8X, GemvWeights, GpuContext, GEMV_Q8_BLOCK,
-    GEMV_ROW_TILE,
+    bf16, GemvParams, GemvQ8X, GpuContext, Q8Kernel, FP8X_MAX_ROWS, GEMV_Q8_BLOCK, GEMV_ROW_TILE,
 };
 
 use super::{filled, ptr_of, ptr_of_ro, time_ms, R};
@@ -21,12 +20,10 @@ pub struct Q8Case<'a> {
     pub wbytes: usize,
 }
 
-/// Prints the q8 rows of one launch at `b` rows (nothing where the kernel does not run).
+/// Prints the q8 rows of one launch at `b` rows: gemv_fp8x (planned and neighbouring splits) and the wgmma ring
+/// (each depth, split neighbours, and with an act_quant launch in front), where each runs.
 pub fn bench(g: &GpuContext, c: &Q8Case<'_>, b: usize, copy: f64) -> R<()> {
     let k = c.p.k as usize;
-    let Some(kern) = g.wq8_ring(b) else {
-        return Ok(());
-    };
     if !k.is_multiple_of(GEMV_Q8_BLOCK) {
         return Ok(());
     }
@@ -40,8 +37,17 @@ pub fn bench(g: &GpuContext, c: &Q8Case<'_>, b: usize, copy: f64) -> R<()> {
     }
     let tiles: usize = c.ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
     let sms = g.info.sm_count as usize;
-    let splits = gemv_splits(sms, tiles, k, GemvWeights::Fp8, GemvPath::Ring);
     let copies = c.ws.len();
+    let launch_with = |kernel: Q8Kernel, it: usize, splits: usize| -> R<()> {
+        let mut p = c.p;
+        for (i, w) in c.ws[it % copies].iter().enumerate() {
+            p.w[i] = ptr_of_ro(w, g);
+        }
+        let (groups, (wl, cl)) = (c.ns.len(), c.scratch);
+        // SAFETY: xq / xs hold b*k codes and b*k/128 scales; weights, scales, outputs and scratch as the caller's
+        // params name them (its scratch is sized for 8 splits, the most timed here).
+        Ok(unsafe { g.launch_gemv_q8(&g.stream, kernel, (groups, splits), &p, &q, wl, cl) }?)
+    };
     let launch = |it: usize, depth: usize, splits: usize| -> R<()> {
         let mut p = c.p;
         for (i, w) in c.ws[it % copies].iter().enumerate() {
@@ -71,6 +77,19 @@ pub fn bench(g: &GpuContext, c: &Q8Case<'_>, b: usize, copy: f64) -> R<()> {
             100.0 * gbs / copy
         );
     };
+    if g.gemv_fp8x_runs() && b <= FP8X_MAX_ROWS {
+        let planned = Q8Kernel::MmaSync.splits(sms, tiles, k);
+        for s in [planned, planned / 2, planned * 2] {
+            if (1..=8).contains(&s) && (s == planned || s <= k / GEMV_Q8_BLOCK) {
+                let ms = time_ms(g, 20, |it| launch_with(Q8Kernel::MmaSync, it, s))?;
+                row(format!("q8 fp8x s{s}"), s, ms);
+            }
+        }
+    }
+    let Some(kern) = g.wq8_ring(b) else {
+        return Ok(());
+    };
+    let splits = Q8Kernel::Wgmma.splits(sms, tiles, k);
     for d in 2..=kern.depth_max {
         let mark = if d == kern.depth { " (default)" } else { "" };
         let ms = time_ms(g, 20, |it| launch(it, d, splits))?;

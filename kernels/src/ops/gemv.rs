@@ -157,12 +157,40 @@ pub struct GemvParams {
 // references.
 unsafe impl DeviceRepr for GemvParams {}
 
+impl GemvParams {
+    /// (B, K, nmax) as sizes (negative values as 0: the launchers' checks reject them).
+    pub(crate) fn dims(&self) -> (usize, usize, usize) {
+        let u = |v: i32| v.max(0) as usize;
+        (u(self.b), u(self.k), u(self.nmax))
+    }
+}
+
+/// The grid of gemv.cu's kernels: (32-row tiles of the largest group, splits, groups), 256 threads.
+pub(crate) fn skinny_cfg(
+    name: &'static str,
+    nmax: usize,
+    splits: usize,
+    groups: usize,
+) -> Result<LaunchConfig> {
+    Ok(LaunchConfig {
+        grid_dim: (
+            grid(name, nmax.div_ceil(GEMV_ROW_TILE))?,
+            grid(name, splits)?,
+            grid(name, groups)?,
+        ),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    })
+}
+
 /// The GEMV kernels, resolved once with the module.
 #[derive(Debug, Clone)]
 pub struct GemvKernels {
     /// gemv_fp8_nt{1,2,4,8} / gemv_bf16_nt{1,2,4,8}: batch tiles of 8.
     pub fp8: [CudaFunction; 4],
     pub bf16: [CudaFunction; 4],
+    /// gemv_fp8x_nt{1,2}: FP8 weights x e4m3 activation codes, 1-16 rows (gemv_q8.rs launches them).
+    pub fp8x: [CudaFunction; 2],
 }
 
 impl GemvKernels {
@@ -181,6 +209,7 @@ impl GemvKernels {
                 get("gemv_bf16_nt4")?,
                 get("gemv_bf16_nt8")?,
             ],
+            fp8x: [get("gemv_fp8x_nt1")?, get("gemv_fp8x_nt2")?],
         })
     }
 }
@@ -420,15 +449,7 @@ impl GpuContext {
             // its group's, its workspace inside the launch's).
             return unsafe { self.launch_gemv_ring(s, wt, groups, splits, l.ring, p) };
         }
-        let cfg = LaunchConfig {
-            grid_dim: (
-                grid(NAME, nmax.div_ceil(GEMV_ROW_TILE))?,
-                grid(NAME, splits)?,
-                grid(NAME, groups)?,
-            ),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = skinny_cfg(NAME, nmax, splits, groups)?;
         let f = match wt {
             GemvWeights::Fp8 => &self.kernels.gemv.fp8[nt_index(b)],
             GemvWeights::Bf16 => &self.kernels.gemv.bf16[nt_index(b)],

@@ -1,13 +1,13 @@
 //! Decode GEMVs with FP8 activations (cuda/gemv_wq8.cu, sm_90a only): the official FP8 linear as e4m3 x e4m3
 //! wgmma, for inputs that the official numerics quantise anyway (act_quant with 128-wide blocks). The ring's
 //! grid, split-K plan and scratch; x comes as e4m3 codes plus f32 scales ([`GemvQ8X`]).
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::{CudaModule, CudaStream, DeviceRepr};
 
-use super::env_usize;
 use super::gemv::{GemvParams, GemvWeights, GEMV_GROUPS};
 use super::gemv_plan::check_groups_and_scratch;
+use super::gemv_q8::q8_allowed;
 use super::gemv_ring::ring_splits_ok;
 use super::gemv_wg::{resolve_ring, WgKernel, BLOCK_ROWS};
 use crate::context::{nt_index, GpuContext};
@@ -69,32 +69,10 @@ impl Wq8Kernels {
     }
 }
 
-/// Default fewest rows on the FP8-activation GEMV (`DSV4_GEMV_Q8_MIN` overrides it). Measured (H200, full-size
-/// bench, same binary, 17 against 5, two rounds, ms per step): batch 9 14.52 -> 14.35, 12 16.91 -> 16.67, 16
-/// 19.65 -> 19.32 (-1.2 to -1.6%), batch 5 and 8 level (8: +0.2%, with 1% more distinct experts under the changed
-/// numerics); so from 9 rows.
-const Q8_FROM_DEFAULT: usize = 9;
-
-/// Fewest rows for which the engine takes the FP8-activation GEMV where it runs.
-pub fn gemv_q8_min_rows() -> usize {
-    static V: OnceLock<usize> = OnceLock::new();
-    *V.get_or_init(|| {
-        env_usize("DSV4_GEMV_Q8_MIN")
-            .unwrap_or(Q8_FROM_DEFAULT)
-            .max(1)
-    })
-}
-
-/// `DSV4_GEMV_Q8=0` keeps the bf16-x kernels everywhere (A/B runs).
-fn wq8_allowed() -> bool {
-    static V: OnceLock<bool> = OnceLock::new();
-    *V.get_or_init(|| std::env::var("DSV4_GEMV_Q8").map_or(true, |v| v != "0"))
-}
-
 impl GpuContext {
     /// The FP8-activation kernel for `rows` rows where it runs here: a cc 9.0 device with the nvcc fatbin.
     pub fn wq8_ring(&self, rows: usize) -> Option<&WgKernel> {
-        if self.info.cc != (9, 0) || self.source != ModuleSource::Fatbin || !wq8_allowed() {
+        if self.info.cc != (9, 0) || self.source != ModuleSource::Fatbin || !q8_allowed() {
             return None;
         }
         self.kernels.gemv_wq8.k[nt_index(rows)].as_ref()
@@ -117,11 +95,7 @@ impl GpuContext {
         ws_len: usize,
         cnt_len: usize,
     ) -> Result<()> {
-        let (b, k, nmax) = (
-            p.b.max(0) as usize,
-            p.k.max(0) as usize,
-            p.nmax.max(0) as usize,
-        );
+        let (b, k, nmax) = p.dims();
         let kern = self.wq8_ring(b).ok_or_else(|| KernelError::Shape {
             kernel: NAME,
             what: format!("no FP8-activation GEMV for {b} rows on this device"),

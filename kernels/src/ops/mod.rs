@@ -12,6 +12,7 @@ pub mod fp4_routed;
 pub mod fp4_swiglu_down;
 pub mod gemv;
 pub(crate) mod gemv_plan;
+pub mod gemv_q8;
 pub mod gemv_ring;
 pub(crate) mod gemv_tile;
 pub mod gemv_wg;

@@ -1,6 +1,6 @@
 use dsv4_kernels::reference;
 use dsv4_kernels::{
-    gemv_cnt_len, gemv_splits, gemv_ws_len, GemvParams, GemvPath, GemvQ8X, GemvWeights, GpuContext,
+    gemv_cnt_len, gemv_ws_len, GemvParams, GemvQ8X, GpuContext, Q8Kernel, FP8X_MAX_ROWS,
     GEMV_Q8_BLOCK, GEMV_ROW_TILE,
 };
 
@@ -12,10 +12,14 @@ use rand::Rng;
 use crate::common::*;
 
 /// (batch, rows of each group, K): one to three groups of unequal rows (N not a multiple of 128 or 32), K from
-/// one block to the model's 8192, a batch in every 8-column bucket (1, 2, 3-4 and 5-8 tiles of 8).
-const SHAPES: [(usize, &[usize], usize); 7] = [
+/// one block to the model's 8192, a batch in every 8-column bucket (1, 2, 3-4 and 5-8 tiles of 8), partial
+/// 8-column tiles at 1, 5 and 8 rows.
+const SHAPES: [(usize, &[usize], usize); 10] = [
     (1, &[300], 1024),
+    (5, &[33, 4100], 640),
+    (8, &[2000, 31], 8192),
     (9, &[77, 200], 128),
+    (16, &[1100], 1152),
     (17, &[129], 2048),
     (33, &[1000, 129, 64], 4096),
     (57, &[200], 8192),
@@ -86,10 +90,11 @@ struct Inputs {
     weights: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
-/// One launch of the GEMV on `inp`, twice on the same scratch (the second relies on the counters the first
-/// reset); each group's outputs as f32.
+/// One launch of the GEMV on `kernel` and `inp`, twice on the same scratch (the second relies on the counters
+/// the first reset); each group's outputs as f32.
 fn launch(
     g: &GpuContext,
+    kernel: Q8Kernel,
     (b, ns, k): (usize, &[usize], usize),
     inp: &Inputs,
     (splits, bf16_out): (usize, bool),
@@ -133,7 +138,7 @@ fn launch(
     for _ in 0..2 {
         // SAFETY: xq / xs hold b*k codes and b*k/128 scales; each group's weights, scales and outputs hold
         // n*k, ceil(n/128)*k/128 and b*n elements; ws / cnt hold wl / cl.
-        unsafe { g.launch_gemv_wq8(&g.stream, (ns.len(), splits, 0), &p, &q, wl, cl) }
+        unsafe { g.launch_gemv_q8(&g.stream, kernel, (ns.len(), splits), &p, &q, wl, cl) }
             .expect("launch");
     }
     assert!(
@@ -155,19 +160,20 @@ fn launch(
 /// `exact`: then every output must match bit for bit).
 fn run_case(
     g: &GpuContext,
+    kernel: Q8Kernel,
     (b, ns, k): (usize, &[usize], usize),
     inp: &Inputs,
     (splits, bf16_out, exact): (usize, bool, bool),
 ) -> f32 {
     let aq = &inp.x;
-    let outs = launch(g, (b, ns, k), inp, (splits, bf16_out));
+    let outs = launch(g, kernel, (b, ns, k), inp, (splits, bf16_out));
     let mut worst_all = 0f32;
     for (i, &n) in ns.iter().enumerate() {
         let (w, s) = &inp.weights[i];
         let want = reference::fp8_gemv(&aq.deq, w, s, b, n, k);
         let got = &outs[i];
         let what = format!(
-            "gemv_wq8 b={b} n={n} (group {i}) k={k} splits={splits} bf16_out={bf16_out} exact={exact}"
+            "{kernel:?} b={b} n={n} (group {i}) k={k} splits={splits} bf16_out={bf16_out} exact={exact}"
         );
         if exact {
             let want: Vec<f32> = if bf16_out {
@@ -203,82 +209,105 @@ fn dev_ptr_mut<T>(g: &GpuContext, b: &mut dsv4_kernels::cudarc::driver::CudaSlic
     b.device_ptr_mut(&g.stream).0
 }
 
-/// The FP8-activation GEMV (sm_90a only) on every shape at its planned split, one split and the most, both
-/// output types.
+/// Most rows `kernel` takes.
+fn max_rows(kernel: Q8Kernel) -> usize {
+    match kernel {
+        Q8Kernel::MmaSync => FP8X_MAX_ROWS,
+        Q8Kernel::Wgmma => 64,
+    }
+}
+
+/// The FP8-activation kernels that run on this device (none: the tests skip, saying why).
+fn kernels_here(g: &GpuContext) -> Vec<Q8Kernel> {
+    let mut v = Vec::new();
+    if g.gemv_fp8x_runs() {
+        v.push(Q8Kernel::MmaSync);
+    }
+    if g.wq8_ring(64).is_some() {
+        v.push(Q8Kernel::Wgmma);
+    } else {
+        eprintln!(
+            "SKIP (wgmma ring): gemv_wq8 runs only on sm_90a with the nvcc fatbin (this device: cc {:?})",
+            g.info.cc
+        );
+    }
+    if v.is_empty() {
+        eprintln!("SKIP: no FP8-activation GEMV on cc {:?}", g.info.cc);
+    }
+    v
+}
+
+/// Both FP8-activation kernels on every shape at their planned split, one split and the most, both output
+/// types.
 #[test]
 fn fp8_act_gemv_matches_reference() {
     let Some(g) = gpu() else { return };
-    if g.wq8_ring(64).is_none() {
-        eprintln!(
-            "SKIP: gemv_wq8 runs only on sm_90a with the nvcc fatbin (this device: cc {:?})",
-            g.info.cc
-        );
-        return;
-    }
     let sms = g.info.sm_count as usize;
     let mut worst = 0f32;
-    for (i, &(b, ns, k)) in SHAPES.iter().enumerate() {
-        let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
-        let planned = gemv_splits(sms, tiles, k, GemvWeights::Fp8, GemvPath::Ring);
-        let most = (k / 128).min(8);
-        let most = 1 << most.ilog2();
-        let mut splits = vec![planned, 1, most];
-        splits.dedup();
-        for (j, &s) in splits.iter().enumerate() {
-            let mut r = rng(700 + (i * 4 + j) as u64);
-            let out_bf16 = (i + j) % 2 == 1;
-            let exact = exact_inputs(&mut r, b, ns, k);
-            run_case(&g, (b, ns, k), &exact, (s, out_bf16, true));
-            let random = random_inputs(&mut r, b, ns, k);
-            worst = worst.max(run_case(&g, (b, ns, k), &random, (s, out_bf16, false)));
+    for kernel in kernels_here(&g) {
+        for (i, &(b, ns, k)) in SHAPES.iter().enumerate() {
+            if b > max_rows(kernel) {
+                continue;
+            }
+            let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
+            let planned = kernel.splits(sms, tiles, k);
+            let most = (k / 128).min(8);
+            let most = 1 << most.ilog2();
+            let mut splits = vec![planned, 1, most];
+            splits.dedup();
+            for (j, &s) in splits.iter().enumerate() {
+                let mut r = rng(700 + (i * 4 + j) as u64);
+                let out_bf16 = (i + j) % 2 == 1;
+                let exact = exact_inputs(&mut r, b, ns, k);
+                run_case(&g, kernel, (b, ns, k), &exact, (s, out_bf16, true));
+                let random = random_inputs(&mut r, b, ns, k);
+                let w = run_case(&g, kernel, (b, ns, k), &random, (s, out_bf16, false));
+                worst = worst.max(w);
+            }
         }
     }
     assert!(worst <= 1.0, "worst error {worst:.3} x the bound");
 }
 
-/// A row's outputs do not depend on the batch around it: the first rows of one input at 3, 9, 17, 40 and 64 rows
-/// (every MMA width, n8 to n64) give the same bits, as the engine's batch invariance needs.
+/// A row's outputs do not depend on the batch around it, on either kernel: the first rows of one input at 1 to 64
+/// rows (every batch-tile width) give the same bits, as the engine's batch invariance needs.
 #[test]
 fn fp8_act_gemv_rows_independent_of_batch() {
     let Some(g) = gpu() else { return };
-    if g.wq8_ring(64).is_none() {
-        eprintln!("SKIP: gemv_wq8 runs only on sm_90a with the nvcc fatbin");
-        return;
-    }
     let (ns, k): (&[usize], usize) = (&[640, 200], 2048);
     let mut r = rng(900);
     let full = random_inputs(&mut r, 64, ns, k);
     let tiles: usize = ns.iter().map(|n| n.div_ceil(GEMV_ROW_TILE)).sum();
-    let splits = gemv_splits(
-        g.info.sm_count as usize,
-        tiles,
-        k,
-        GemvWeights::Fp8,
-        GemvPath::Ring,
-    );
-    let mut first: Option<Vec<Vec<f32>>> = None;
-    for b in [3usize, 9, 17, 40, 64] {
-        let inp = Inputs {
-            x: reference::ActQuant {
-                q: full.x.q[..b * k].to_vec(),
-                scales: full.x.scales[..b * k / 128].to_vec(),
-                deq: full.x.deq[..b * k].to_vec(),
-            },
-            weights: full.weights.clone(),
-        };
-        let outs = launch(&g, (b, ns, k), &inp, (splits, false));
-        let head: Vec<Vec<f32>> = outs
-            .iter()
-            .zip(ns)
-            .map(|(o, &n)| o[..3 * n].to_vec())
-            .collect();
-        match &first {
-            None => first = Some(head),
-            Some(f) => {
-                for (gi, (a, want)) in head.iter().zip(f).enumerate() {
-                    assert_same_bits(a, want, &format!("group {gi}: batch {b} against batch 3"));
+    for kernel in kernels_here(&g) {
+        let splits = kernel.splits(g.info.sm_count as usize, tiles, k);
+        let mut first: Option<Vec<Vec<f32>>> = None;
+        for b in [3usize, 8, 9, 16, 17, 40, 64] {
+            if b > max_rows(kernel) {
+                continue;
+            }
+            let inp = Inputs {
+                x: reference::ActQuant {
+                    q: full.x.q[..b * k].to_vec(),
+                    scales: full.x.scales[..b * k / 128].to_vec(),
+                    deq: full.x.deq[..b * k].to_vec(),
+                },
+                weights: full.weights.clone(),
+            };
+            let outs = launch(&g, kernel, (b, ns, k), &inp, (splits, false));
+            let head: Vec<Vec<f32>> = outs
+                .iter()
+                .zip(ns)
+                .map(|(o, &n)| o[..3 * n].to_vec())
+                .collect();
+            match &first {
+                None => first = Some(head),
+                Some(f) => {
+                    for (gi, (a, want)) in head.iter().zip(f).enumerate() {
+                        let what = format!("{kernel:?} group {gi}: batch {b} against batch 3");
+                        assert_same_bits(a, want, &what);
+                    }
+                    println!("{kernel:?} rows 0-2 at batch {b}: the same bits as at batch 3");
                 }
-                println!("gemv_wq8 rows 0-2 at batch {b}: the same bits as at batch 3");
             }
         }
     }

@@ -102,7 +102,7 @@ impl<'a> Step<'a> {
         )
     }
 
-    /// One grouped FP8-activation GEMV (gemv_wq8.cu) over `jobs` (FP8 weights) sharing the inner dim `k`, their
+    /// One grouped FP8-activation GEMV (the kernel [`GpuContext::gemv_q8_kernel`] picks) over `jobs` (FP8 weights) sharing the inner dim `k`, their
     /// common input's e4m3 codes and scales in `sc.x8` / `sc.x8_scales` (written by its preparation).
     fn gemv_q8(
         &self,
@@ -111,15 +111,13 @@ impl<'a> Step<'a> {
         jobs: &[Job],
         sc: &mut AttnScratch,
     ) -> Result<(), GpuError> {
+        let kernel = self
+            .ctx
+            .gemv_q8_kernel(self.rows)
+            .ok_or_else(|| GpuError::Unsupported("no FP8-activation GEMV on this device".into()))?;
         let x8 = (dptr(&sc.x8, self.s), dptr(&sc.x8_scales, self.s));
         let (p, tiles) = gemv_params(self.rows, k, out_bf16, jobs, &mut sc.gemv, self.s)?;
-        let splits = gemv_splits(
-            self.ctx.info.sm_count as usize,
-            tiles,
-            k,
-            GemvWeights::Fp8,
-            GemvPath::Ring,
-        );
+        let splits = kernel.splits(self.ctx.info.sm_count as usize, tiles, k);
         let mut q = GemvQ8X::default();
         for g in 0..jobs.len() {
             (q.xq[g], q.xs[g]) = x8;
@@ -129,8 +127,15 @@ impl<'a> Step<'a> {
         // rows x n outputs; x8 / x8_scales hold max_rows x k codes and their scales (AttnScratch::new); ws/cnt
         // are the scratch's, their lengths checked by the launcher.
         unsafe {
-            self.ctx
-                .launch_gemv_wq8(self.s, (jobs.len(), splits, 0), &p, &q, ws_len, cnt_len)
+            self.ctx.launch_gemv_q8(
+                self.s,
+                kernel,
+                (jobs.len(), splits),
+                &p,
+                &q,
+                ws_len,
+                cnt_len,
+            )
         }?;
         Ok(())
     }
@@ -159,7 +164,7 @@ impl<'a> Step<'a> {
         quantised
             && self.rows >= gemv_q8_min_rows()
             && k.is_multiple_of(GEMV_Q8_BLOCK)
-            && self.ctx.wq8_ring(self.rows).is_some()
+            && self.ctx.gemv_q8_kernel(self.rows).is_some()
     }
 
     /// Points the row preparation `p` at the FP8 codes and scales of `sc.x8` when `want` (the step takes the
