@@ -65,25 +65,36 @@ __device__ __forceinline__ u32 fq_scale_exp(const float* v) {
 // holding an infinity, gives 0 as v / inf does, and inf or NaN stay NaN). The e4m3 round trip runs on value pairs
 // in hardware (sm_89+; round to nearest even like f32_to_e4m3; the clamped c is never NaN, so no NaN code; every
 // finite e4m3 value is exact in f16, hence in f32), then the same product with s: f32_to_e4m3's bits.
-__device__ __forceinline__ void fq_block(float* v) {
+// fq_block that also returns the block's e4m3 codes (byte q of codes: v[q]'s) and its scale s, so that code * s
+// is the fake-quantised value: what the FP8-activation GEMVs read (GemvQ8X).
+__device__ __forceinline__ void fq_block_codes(float* v, u32& codes, float& s) {
     const u32 se = fq_scale_exp(v);
-    const float s = __uint_as_float(se << 23);
+    s = __uint_as_float(se << 23);
     const float rs = attn_inv_pow2(s);  // 2^-k from the bits (attn_common.cu; 0 for s = inf)
+    codes = 0u;
 #pragma unroll
     for (int q = 0; q < 4; q += 2) {
         const float c0 = fminf(fmaxf(v[q] * rs, -448.f), 448.f), c1 = fminf(fmaxf(v[q + 1] * rs, -448.f), 448.f);
         float f0, f1;
-        asm("{\n.reg .b16 e, h0, h1;\n.reg .b32 h;\n"
-            "cvt.rn.satfinite.e4m3x2.f32 e, %3, %2;\n"
-            "cvt.rn.f16x2.e4m3x2 h, e;\n"
+        unsigned short e;
+        asm("{\n.reg .b16 h0, h1;\n.reg .b32 h;\n"
+            "cvt.rn.satfinite.e4m3x2.f32 %2, %4, %3;\n"
+            "cvt.rn.f16x2.e4m3x2 h, %2;\n"
             "mov.b32 {h0, h1}, h;\n"
             "cvt.f32.f16 %0, h0;\n"
             "cvt.f32.f16 %1, h1;\n}"
-            : "=f"(f0), "=f"(f1)
+            : "=f"(f0), "=f"(f1), "=h"(e)
             : "f"(c0), "f"(c1));
+        codes |= (u32)e << (8 * q);
         v[q] = f0 * s;
         v[q + 1] = f1 * s;
     }
+}
+
+__device__ __forceinline__ void fq_block(float* v) {
+    u32 codes;
+    float s;
+    fq_block_codes(v, codes, s);
 }
 
 // Sums of the row's partials into sred[0..M] (warps 0-7, warp w: mixes w, w + 8, ...). A lane adds its chunks
@@ -249,12 +260,14 @@ __device__ __forceinline__ void mhc_load_w4(const float* __restrict__ norm_w, in
 
 // y = bf16(norm_w * (a * inv)) and its FP8 fake-quantised copy yq in one pass, one 128-block per warp and trip
 // (blocks warp, warp + 8, ...): yq from the f32 normalised values, or (yq_bf16) from y's bf16 values, the same
-// bits as attn_row_prep of y. y's values are mhc_store_y's expression at the same columns: the same bits.
+// bits as attn_row_prep of y. y's values are mhc_store_y's expression at the same columns: the same bits. With
+// ycr / ycsr (D % 128 == 0) also yq's e4m3 codes [D] and block scales [D / 128]: code * scale = yq.
 // v7: one trip per block, not unrolled (v6 unrolled 8 blocks, of which D = 4096 walked 4, plus mhc_store_y's 16
 // columns: ~1000 more instructions that a batch-1 launch fetches once each); the next block's norm weights are
 // loaded one trip ahead, so a trip waits for no load but its first (they are in L1: prefetched at the start).
 __device__ __forceinline__ void mhc_store_yq(const float* __restrict__ norm_w, const float* av, float inv, int D,
-                                             int yq_bf16, u16* __restrict__ yr, u16* __restrict__ yqr) {
+                                             int yq_bf16, u16* __restrict__ yr, u16* __restrict__ yqr,
+                                             u8* __restrict__ ycr, float* __restrict__ ycsr) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float w[4];
     mhc_load_w4(norm_w, warp * 128, D, w);
@@ -271,13 +284,17 @@ __device__ __forceinline__ void mhc_store_yq(const float* __restrict__ norm_w, c
             if (c < D) yr[c] = yb;
             v[q] = yq_bf16 ? bf16_to_f32(yb) : o;
         }
-        fq_block(v);
+        u32 codes;
+        float sc;
+        fq_block_codes(v, codes, sc);
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = b0 + q * 32 + lane;
             if (c < D) yqr[c] = f32_to_bf16(v[q]);
+            if (ycr && c < D) ycr[c] = (u8)(codes >> (8 * q));
             w[q] = wn[q];
         }
+        if (ycsr && lane == 0) ycsr[b0 >> 7] = sc;
     }
 }
 
@@ -285,7 +302,8 @@ template <int M>
 __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restrict__ ws, int chunks, int rows,
                                 int D, const float* scale, const float* base, const float* __restrict__ norm_w,
                                 float eps, float hc_eps, int iters, float* mix, u16* __restrict__ y,
-                                u16* __restrict__ yq, int yq_bf16, u16* __restrict__ xcopy) {
+                                u16* __restrict__ yq, int yq_bf16, u8* __restrict__ yc, float* __restrict__ ycs,
+                                u16* __restrict__ xcopy) {
     __shared__ float sred[M + 1];
     __shared__ float sh[MHC_FIN_WARPS];
     __shared__ float av[MHC_MAX_D];  // the collapsed row (bf16 values)
@@ -316,7 +334,8 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     const float ss = mhc_collapse(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);  // its barriers publish av
     if (yq)
-        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D);
+        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D,
+                     yc ? yc + (u64)row * D : nullptr, ycs ? ycs + (u64)row * (D >> 7) : nullptr);
     else
         mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
 }
@@ -325,10 +344,10 @@ __device__ void mhc_finish_body(const u16* __restrict__ X, const float* __restri
     extern "C" __global__ void __launch_bounds__(288)                                                            \
         hc_finish##M(const u16* X, const float* ws, int chunks, int rows, int D, const float* scale,             \
                      const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix,     \
-                     u16* y, u16* yq, int yq_bf16, u16* xcopy) {                                                 \
+                     u16* y, u16* yq, int yq_bf16, u8* yc, float* ycs, u16* xcopy) {                             \
         pdl_wait();                                                                                              \
         mhc_finish_body<M>(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y, yq, yq_bf16, \
-                           xcopy);                                                                               \
+                           yc, ycs, xcopy);                                                                      \
     }
 MHC_FINISH_KERNEL(24)
 MHC_FINISH_KERNEL(4)

@@ -210,7 +210,7 @@ __device__ __forceinline__ float mhc_collapse_wide(const u16* __restrict__ xr, i
 extern "C" __global__ void __launch_bounds__(288, 4)
     hc_finish24_wide(const u16* X, const float* ws, int chunks, int rows, int D, const float* scale,
                      const float* base, const float* norm_w, float eps, float hc_eps, int iters, float* mix, u16* y,
-                     u16* yq, int yq_bf16, u16* xcopy) {
+                     u16* yq, int yq_bf16, u8* yc, float* ycs, u16* xcopy) {
     (void)xcopy;
     pdl_wait();
     __shared__ float sred[MHC_MIX + 1];
@@ -239,7 +239,8 @@ extern "C" __global__ void __launch_bounds__(288, 4)
     const float ss = mhc_collapse_wide(xr, D, pre, av);
     const float inv = 1.f / sqrtf(mhc_block_sum(ss, sh) / (float)D + eps);
     if (yq)
-        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D);
+        mhc_store_yq(norm_w, av, inv, D, yq_bf16, y + (u64)row * D, yq + (u64)row * D,
+                     yc ? yc + (u64)row * D : nullptr, ycs ? ycs + (u64)row * (D >> 7) : nullptr);
     else
         mhc_store_y(norm_w, av, inv, D, y + (u64)row * D);
 }

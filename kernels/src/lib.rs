@@ -30,7 +30,7 @@ pub use ops::gemv::{
 pub use ops::gemv_q8::{gemv_q8_min_rows, Q8Kernel, FP8X_MAX_ROWS};
 pub use ops::gemv_ring::{GemvPath, RING_ROWS_MIN};
 pub use ops::gemv_wq8::{GemvQ8X, GEMV_Q8_BLOCK};
-pub use ops::mhc::{hc_workspace_len, HcPost, HcPostF, HcPre, HC_MIX, HC_STREAMS};
+pub use ops::mhc::{hc_workspace_len, HcCodes, HcPost, HcPostF, HcPre, HC_MIX, HC_STREAMS};
 pub use ops::moe_route::{RouteBy, RouteShape, SwigluAct};
 pub use ops::peer::{peer_access_possible, PeerAllReduce, PEER_RANKS};
 pub use ops::sample::SAMPLE_PARAMS_PER_ROW;

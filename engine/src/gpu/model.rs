@@ -5,15 +5,18 @@
 //! `ctx.stream` (the MoE's shared expert on the workspace's side stream, joined back) with no host sync,
 //! no allocation and per-step values read from device buffers, so the step can be captured as a graph.
 
-use super::attention::{self, AttnState, DecodeIn};
+use super::attention::{self, q8_engaged, AttnState, DecodeIn};
 use super::moe::{self, Hook};
 use super::weights::{BlockDev, HcDev, ModelWeightsDev};
-use super::workspace::Workspace;
+use super::workspace::{CodesOf, HcCodeBufs, Workspace};
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::ModelConfig;
 use dsv4_kernels::cudarc::driver::CudaSlice;
-use dsv4_kernels::{bf16, GemvOut, GemvWeights, GpuContext, HcPost, HcPostF, HcPre};
+use dsv4_kernels::{
+    bf16, GemvOut, GemvWeights, GpuContext, HcCodes, HcPost, HcPostF, HcPre, Q8Kernel,
+};
+use std::sync::OnceLock;
 
 /// Host values of one step; `tokens`, `slots` and `positions` have one entry per row.
 #[derive(Debug, Clone, Copy)]
@@ -176,6 +179,7 @@ pub(crate) fn run_block(
     hook("hc_pre.attn", ws)?;
     let inp = DecodeIn {
         xq_ready: quant,
+        codes: ws.codes.of(CodesOf::Attn, &ctx.stream),
         ..DecodeIn::new(&ws.meta, rows, &ws.io.a)
     };
     let (sc, out) = (&mut ws.attn, &mut ws.io.attn_out);
@@ -293,6 +297,8 @@ pub(crate) struct HcBufs<'a> {
     pub aq: &'a mut CudaSlice<bf16>,
     /// The attention's FP8 input copy ([`Mixer::Attn`] with `quant`; None: the workspace has none).
     pub xq: Option<&'a mut CudaSlice<bf16>>,
+    /// Room for the e4m3 codes of the FP8 copy (None: the workspace has none, as prefill's).
+    pub codes: Option<&'a mut HcCodeBufs>,
     /// The sub-block outputs a pending [`Post`] reads.
     pub attn_out: &'a CudaSlice<bf16>,
     pub y_routed: &'a CudaSlice<f32>,
@@ -314,6 +320,7 @@ impl HcWorkspace for Workspace {
             a: &mut self.io.a,
             aq: &mut self.io.aq,
             xq: Some(&mut self.attn.act.xq),
+            codes: Some(&mut self.codes),
             attn_out: &self.io.attn_out,
             y_routed: &self.ex.y_routed,
             y_shared: &self.ex.y_shared,
@@ -361,11 +368,41 @@ pub(crate) fn hc_pre(
         })?),
         _ => None,
     };
+    let codes = b.codes.and_then(|c| {
+        c.of = codes_of(ctx, mixer, rows, d);
+        c.of.map(|_| HcCodes {
+            codes: &mut c.codes,
+            scales: &mut c.scales,
+        })
+    });
     let (s, f, base, scale) = (&ctx.stream, &hc.func, &hc.base, &hc.scale);
     ctx.launch_hc_pre(
-        s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, post,
+        s, &p, b.x, f, base, scale, norm, b.hc_ws, b.mix, b.a, yq, codes, post,
     )?;
     Ok(())
+}
+
+/// Whose codes an HCPre of `mixer` writes beside its FP8 copy: where the mixer quantises and the GEMVs reading
+/// the copy (wq_a + wkv, the shared expert's w1 + w3, all of inner dim D) take the FP8-activation kernel at this
+/// many rows ([`q8_engaged`]), and that kernel is gemv_fp8x (1-8 rows on the H200; they read the codes only when
+/// [`HcCodeBufs::of`] says these are their input's). Measured (H200, same binary, `DSV4_HC_CODES` 0 / 1, two
+/// rounds, ms per step): batch 1 6.180 / 6.181 -> 6.079 / 6.096 (-1.5%), 8 12.969 / 13.004 -> 12.932 / 12.971;
+/// on the wgmma ring (32-64 rows) level to +0.3% (batch 64 41.55 / 41.65 -> 41.71 / 41.77), and its FP8
+/// accumulation on these two GEMVs too took the synthetic model's official-numerics agreement with the CPU
+/// reference below its gate (0.683 < 0.7 with the ring from one row), so the ring keeps the bf16 copy for them.
+/// `DSV4_HC_CODES=0` turns it off (A/B runs).
+fn codes_of(ctx: &GpuContext, mixer: Mixer, rows: usize, d: usize) -> Option<CodesOf> {
+    static ON: OnceLock<bool> = OnceLock::new();
+    if !*ON.get_or_init(|| std::env::var("DSV4_HC_CODES").map_or(true, |v| v != "0")) {
+        return None;
+    }
+    let of = match mixer {
+        Mixer::Attn { quant: true } => CodesOf::Attn,
+        Mixer::Ffn { quant: true } => CodesOf::Ffn,
+        _ => return None,
+    };
+    let fp8x = ctx.gemv_q8_kernel(rows) == Some(Q8Kernel::MmaSync);
+    (fp8x && q8_engaged(ctx, rows, d)).then_some(of)
 }
 
 /// HCHead + final norm of `ws`'s streams into its `a`, after the pending HCPost `post`.

@@ -2,9 +2,9 @@
 //! bf16) and the shared expert (FP8 or bf16). The final sum of expert outputs is fused into the
 //! following HCPost. Official numerics quantise an expert GEMV's input only for FP8/FP4 weights.
 
-use super::attention::{dptr, dptr_mut, grouped_gemv, Job};
+use super::attention::{dptr, dptr_mut, grouped_gemv, grouped_gemv_q8, Job};
 use super::weights::{ExpertBank, Fp8Linear, MoeDev};
-use super::workspace::Workspace;
+use super::workspace::{CodesOf, Workspace};
 use super::RunnerError;
 use crate::api::Numerics;
 use crate::model::{ExpertFormat, ModelConfig};
@@ -383,7 +383,12 @@ fn shared_on(
         fp8_job(w1, x, &mut ws.ex.sg, s),
         fp8_job(w3, x, &mut ws.ex.su, s),
     ];
-    grouped_gemv(ctx, s, rows, wt, w1.inp, false, &up, &mut ws.gemv_side)?;
+    // The FFN HCPre wrote aq's codes where the FP8-activation GEMV engages at this many rows (codes_of).
+    let codes = ws.codes.of(CodesOf::Ffn, s).filter(|_| quant);
+    match codes {
+        Some(x8) => grouped_gemv_q8(ctx, s, rows, (w1.inp, false), &up, x8, &mut ws.gemv_side)?,
+        None => grouped_gemv(ctx, s, rows, wt, w1.inp, false, &up, &mut ws.gemv_side)?,
+    }
     let (i, lim) = (w1.out, cfg.swiglu_limit);
     let none: Option<&CudaSlice<f32>> = None;
     ctx.launch_moe_swiglu(

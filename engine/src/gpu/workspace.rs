@@ -1,7 +1,7 @@
 //! Every buffer a decode step touches, sized once from the config and the maximum rows: nothing is
 //! allocated per step, so a captured graph's pointers stay valid for every replay.
 
-use super::attention::{gemv_need, AttnScratch, StepMeta};
+use super::attention::{dptr, gemv_need, AttnScratch, Q8In, StepMeta};
 use super::RunnerError;
 use crate::model::ModelConfig;
 use std::sync::Arc;
@@ -20,6 +20,8 @@ pub struct Workspace {
     pub tokens: CudaSlice<i32>,
     pub meta: StepMeta,
     pub io: BlockIo,
+    /// The e4m3 codes of the last HCPre's fake-quantised output, when it wrote them.
+    pub codes: HcCodeBufs,
     /// The streams after an HCPost fused into the next HCPre (that HCPre copies them back into `io.x`).
     pub x_post: CudaSlice<bf16>,
     pub attn: AttnScratch,
@@ -72,6 +74,41 @@ impl BlockIo {
     /// Device bytes of [`BlockIo::new`].
     pub(crate) fn bytes_for(rows: usize, d: usize) -> usize {
         rows * (2 * HC_STREAMS * d + 4 * HC_MIX + 6 * d) + 4 * hc_workspace_len(rows, d)
+    }
+}
+
+/// The e4m3 codes `[rows, D]` and f32 block scales `[rows, D / 128]` an HCPre writes beside its fake-quantised
+/// output (the FP8-activation GEMVs' input), and which mixer's output they are (None: stale, not to be read).
+pub struct HcCodeBufs {
+    pub codes: CudaSlice<u8>,
+    pub scales: CudaSlice<f32>,
+    pub of: Option<CodesOf>,
+}
+
+/// Whose HCPre output [`HcCodeBufs`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodesOf {
+    /// The attention's input copy (wq_a + wkv read it).
+    Attn,
+    /// The FFN's (the shared expert's w1 + w3 read it).
+    Ffn,
+}
+
+impl HcCodeBufs {
+    fn new(ctx: &GpuContext, rows: usize, d: usize) -> Result<Self, RunnerError> {
+        Ok(HcCodeBufs {
+            codes: zeros(ctx, rows * d)?,
+            scales: zeros(ctx, (rows * d).div_ceil(128))?,
+            of: None,
+        })
+    }
+
+    /// The codes of `of`'s output, if that is what they hold.
+    pub(crate) fn of(&self, of: CodesOf, s: &CudaStream) -> Option<Q8In> {
+        (self.of == Some(of)).then(|| Q8In {
+            codes: dptr(&self.codes, s),
+            scales: dptr(&self.scales, s),
+        })
     }
 }
 
@@ -183,6 +220,7 @@ impl Workspace {
                 positions: zeros(ctx, r)?,
             },
             io: BlockIo::new(ctx, r, d)?,
+            codes: HcCodeBufs::new(ctx, r, d)?,
             x_post: zeros(ctx, r * HC_STREAMS * d)?,
             attn: AttnScratch::new(ctx, cfg, r)?,
             gate: zeros(ctx, r * e)?,

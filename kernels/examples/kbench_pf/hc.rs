@@ -135,10 +135,11 @@ fn bench_rows(g: &GpuContext, m: usize) -> R<()> {
         &mut y,
         Some(&mut yq),
         None,
+        None,
     )?;
     let pre_sums = [sum_bf16(g, &y)?, sum_bf16(g, &yq)?, sum_f32(g, &mix)?];
     g.launch_hc_pre(
-        s, &pa, &mut x, &func, &base, &scale, &norm_w, &mut ws, &mut mix, &mut y, None, None,
+        s, &pa, &mut x, &func, &base, &scale, &norm_w, &mut ws, &mut mix, &mut y, None, None, None,
     )?;
     let attn_sum = sum_bf16(g, &y)?;
     g.launch_hc_post(s, m, D, &mut x, &mix, &f)?;
@@ -150,6 +151,7 @@ fn bench_rows(g: &GpuContext, m: usize) -> R<()> {
         let yq = Some(&mut yq);
         Ok(g.launch_hc_pre(
             s, &pf, &mut x, &func, &base, &scale, &norm_w, &mut ws, &mut mix, &mut y, yq, None,
+            None,
         )?)
     })?;
     let gb = |bytes: f64, ms: f64| bytes / ms / 1e6;
@@ -175,6 +177,7 @@ fn bench_rows(g: &GpuContext, m: usize) -> R<()> {
     let ms = time_ms(g, 10, |_| {
         Ok(g.launch_hc_pre(
             s, &pa, &mut x, &func, &base, &scale, &norm_w, &mut ws, &mut mix, &mut y, None, None,
+            None,
         )?)
     })?;
     row(

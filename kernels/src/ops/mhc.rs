@@ -61,6 +61,13 @@ impl HcPre {
     }
 }
 
+/// The e4m3 codes `[rows, D]` and f32 block scales `[rows, D / 128]` of an HCPre's fake-quantised output
+/// (code * scale = yq): the FP8-activation GEMVs' input (GemvQ8X). Needs D % 128 == 0.
+pub struct HcCodes<'a> {
+    pub codes: &'a mut CudaSlice<u8>,
+    pub scales: &'a mut CudaSlice<f32>,
+}
+
 /// The previous mixer's HCPost, fused into an HCPre on the same streams (see [`GpuContext::launch_hc_pre`]).
 #[derive(Debug)]
 pub struct HcPost<'a> {
@@ -157,7 +164,8 @@ impl GpuContext {
     /// HCPre (or HCHead) then RMSNorm: `x` bf16 [rows, 4, D]; `func` f32 [M, 4D]; `base` f32 [M];
     /// `scale` f32 [3] ([1] for the head); `norm_w` f32 [D]; `ws` f32 [`hc_workspace_len`]; `mix` f32
     /// [rows, 24] (post, comb: written by block mixers only); `y` bf16 [rows, D] normalised output; `yq`
-    /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128, see [`HcPre::yq_bf16`]).
+    /// (optional) bf16 [rows, D] its FP8 fake quantisation (blocks of 128, see [`HcPre::yq_bf16`]), `codes`
+    /// (optional, with `yq` only) yq's e4m3 codes and scales.
     /// `post`: first apply the previous mixer's HCPost to `x` (coefficients read from `mix` before this
     /// mixer overwrites them), fused into these launches: one launch fewer, the same bits as
     /// [`Self::launch_hc_post`] / [`Self::launch_hc_post_moe`] first.
@@ -175,6 +183,7 @@ impl GpuContext {
         mix: &mut impl DevicePtrMut<f32>,
         y: &mut impl DevicePtrMut<bf16>,
         yq: Option<&mut CudaSlice<bf16>>,
+        codes: Option<HcCodes<'_>>,
         post: Option<HcPost<'_>>,
     ) -> Result<()> {
         let (rows, d, m) = (p.rows, p.d, p.mixes());
@@ -192,7 +201,13 @@ impl GpuContext {
             && ws.len() >= p.chunks() * rows * (m + 1)
             && mix.len() >= rows * HC_MIX
             && y.len() >= rows * d
-            && yq.as_ref().is_none_or(|q| q.len() >= rows * d);
+            && yq.as_ref().is_none_or(|q| q.len() >= rows * d)
+            && codes.as_ref().is_none_or(|c| {
+                yq.is_some()
+                    && d.is_multiple_of(128)
+                    && c.codes.len() >= rows * d
+                    && c.scales.len() >= rows * d / 128
+            });
         check(NAME, ok, || {
             format!("hc_pre: a buffer is too short for {rows} rows, D {d}")
         })?;
@@ -248,6 +263,9 @@ impl GpuContext {
         let (sp, bp, np) = (ptr(scale, stream), ptr(base, stream), ptr(norm_w, stream));
         let yp = ptr_mut(y, stream);
         let qp = yq.map_or(0, |q| ptr_mut(q, stream));
+        let (cp, csp) = codes.map_or((0, 0), |c| {
+            (ptr_mut(c.codes, stream), ptr_mut(c.scales, stream))
+        });
         let yq_bf16 = i32::from(p.yq_bf16);
         // After a fused HCPost the finish reads the scratch streams and copies them back into X.
         let (x_read, x_copy) = match fused {
@@ -275,13 +293,16 @@ impl GpuContext {
             .arg(&yp)
             .arg(&qp)
             .arg(&yq_bf16)
+            .arg(&cp)
+            .arg(&csp)
             .arg(&x_copy);
         let finish = match tiled {
             true => &kernels.hc_wide.finish,
             false => &kernels.hc_finish[which],
         };
         // SAFETY: hc_finish{M,24_wide}(X, ws, chunks, rows, D, scale, base, norm_w, eps, hc_eps, iters, mix, y,
-        // yq, yq_bf16, xcopy); every buffer was checked above (yq null: no quantised copy; xcopy null: none,
+        // yq, yq_bf16, yc, ycs, xcopy); every buffer was checked above (yq null: no quantised copy; yc / ycs null:
+        // no codes, else rows x D codes and rows x D / 128 scales with D % 128 == 0; xcopy null: none,
         // always so for the wide form, which tiled excludes from fused calls).
         unsafe { self.launch_k(stream, finish, cfg, &mut l) }?;
         Ok(())

@@ -3,8 +3,9 @@
 //! the attention mixer's FP8 copy (the same bits as attn_row_prep's x quant of the output).
 use dsv4_kernels::attn::AttnRowPrep;
 use dsv4_kernels::cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut};
+use dsv4_kernels::reference::formats::e4m3_to_f32;
 use dsv4_kernels::reference::mhc::{hc_post, hc_pre, HcRef};
-use dsv4_kernels::{bf16, GpuContext, HcPost, HcPostF, HcPre, HC_MIX};
+use dsv4_kernels::{bf16, GpuContext, HcCodes, HcPost, HcPostF, HcPre, HC_MIX};
 use rand::rngs::StdRng;
 use rand::Rng;
 
@@ -147,6 +148,8 @@ struct Out {
     mix: Vec<f32>,
     y: Vec<bf16>,
     yq: Vec<bf16>,
+    /// yq's e4m3 codes and block scales (D % 128 == 0 only).
+    codes: Option<(Vec<u8>, Vec<f32>)>,
 }
 
 /// Runs the case on the GPU: HCPost (`moe` picks its f; None: no HCPost) unfused (`fused == false`: its own
@@ -168,6 +171,9 @@ fn run(g: &GpuContext, c: &Case, post: Option<bool>, fused: bool, yq_bf16: bool)
     let mut y = upload(g, &vec![bf16::NAN; rows * d]);
     let mut yq = upload(g, &vec![bf16::NAN; rows * d]);
     let mut scratch = upload(g, &vec![bf16::NAN; rows * 4 * d]);
+    let mut codes = upload(g, &vec![0xffu8; rows * d]);
+    let mut scales = upload(g, &vec![f32::NAN; (rows * d).div_ceil(128)]);
+    let with_codes = d.is_multiple_of(128);
     let src = post.map(|moe| match moe {
         true => HcPostF::Moe {
             routed: &routed,
@@ -204,6 +210,10 @@ fn run(g: &GpuContext, c: &Case, post: Option<bool>, fused: bool, yq_bf16: bool)
         &mut mix,
         &mut y,
         Some(&mut yq),
+        with_codes.then_some(HcCodes {
+            codes: &mut codes,
+            scales: &mut scales,
+        }),
         fused_post,
     )
     .expect("hc_pre");
@@ -212,6 +222,7 @@ fn run(g: &GpuContext, c: &Case, post: Option<bool>, fused: bool, yq_bf16: bool)
         mix: download(g, &mix),
         y: download(g, &y),
         yq: download(g, &yq),
+        codes: with_codes.then(|| (download(g, &codes), download(g, &scales))),
     }
 }
 
@@ -373,5 +384,54 @@ fn hc_pre_attention_quant_matches_row_prep() {
             exact,
             "rows {rows} d {d}: FP8 copy differs from attn_row_prep"
         );
+    }
+}
+
+/// The e4m3 codes and scales an HCPre writes beside yq (D % 128 == 0) are yq's: code * scale = yq bit for bit,
+/// and each scale is act_quant's for its block of the fake quantisation's source (y's bf16 values for the
+/// attention's copy, the f32 normalised values for the FFN's), at one row, decode batches and the many-row kernels.
+#[test]
+fn hc_pre_codes_are_the_fake_quantised_output() {
+    let Some(g) = gpu() else { return };
+    let shapes = [
+        (1usize, 4096usize),
+        (3, 256),
+        (17, 1152),
+        (64, 4096),
+        (300, 4096),
+    ];
+    for (i, &(rows, d)) in shapes.iter().enumerate() {
+        let c = Case::new(970 + i as u64, rows, d, false);
+        for yq_bf16 in [true, false] {
+            for (post, fused) in [(None, false), (Some(true), true)] {
+                let got = run(&g, &c, post, fused, yq_bf16);
+                let (codes, scales) = got.codes.as_ref().expect("codes at D % 128 == 0");
+                let deq: Vec<bf16> = codes
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &q)| bf16::from_f32(e4m3_to_f32(q) * scales[j / 128]))
+                    .collect();
+                let what = format!("rows {rows} d {d} yq_bf16 {yq_bf16} post {post:?}");
+                assert!(
+                    same_bits(&deq, &got.yq),
+                    "{what}: code * scale differs from yq"
+                );
+                if yq_bf16 {
+                    let want: Vec<f32> = got
+                        .y
+                        .chunks(d)
+                        .flat_map(|row| dsv4_kernels::reference::act_quant(row, 128).scales)
+                        .collect();
+                    let same = want
+                        .iter()
+                        .zip(scales)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{what}: scales differ from act_quant's");
+                }
+                let pow2 = scales.iter().all(|s| s.to_bits() & 0x007f_ffff == 0);
+                assert!(pow2, "{what}: a scale is not a power of two");
+                println!("{what}: codes x scales = yq, bit for bit");
+            }
+        }
     }
 }

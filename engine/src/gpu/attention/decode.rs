@@ -8,7 +8,7 @@ use super::error::{ensure, GpuError};
 use super::layer::AttnLayer;
 use super::scratch::AttnScratch;
 use super::state::{AttnState, StepMeta};
-use super::step::{grouped_gemv, Job, StageMarks, Step};
+use super::step::{grouped_gemv, Job, Q8In, StageMarks, Step};
 use super::{dptr, dptr_mut, row_prep, stages};
 use crate::api::Numerics;
 use dsv4_kernels::attn::*;
@@ -74,6 +74,9 @@ pub struct DecodeIn<'a> {
     /// FP8 wq_a: the decode HCPre does it in its finish kernel), so the projections skip their own x-quant
     /// launch (same bits).
     pub xq_ready: bool,
+    /// The e4m3 codes and scales of `xq` when the caller's HCPre wrote them too (wq_a + wkv then take the
+    /// FP8-activation GEMV where [`Step::q8`] engages it).
+    pub codes: Option<Q8In>,
 }
 
 impl<'a> DecodeIn<'a> {
@@ -84,6 +87,7 @@ impl<'a> DecodeIn<'a> {
             rows,
             a,
             xq_ready: false,
+            codes: None,
         }
     }
 }
@@ -207,7 +211,10 @@ fn project(
         Job::linear(&layer.wq_a, x, dptr_mut(&mut sc.act.qr_f32, s), s),
         Job::linear(&layer.wkv, x, dptr_mut(&mut sc.act.kv_f32, s), s),
     ];
-    st.gemv(layer.wq_a.wt, d, false, &jobs, sc)?;
+    match inp.codes.filter(|_| xq && inp.xq_ready && st.q8(true, d)) {
+        Some(x8) => st.gemv_q8_on(x8, d, false, &jobs, sc)?,
+        None => st.gemv(layer.wq_a.wt, d, false, &jobs, sc)?,
+    }
     st.mark("wq_a+wkv")?;
     // wq_b and the indexer's wq_b share this input and its format (check_dims).
     let quant = st.official && layer.wq_b.act_quant();

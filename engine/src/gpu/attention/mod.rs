@@ -29,8 +29,10 @@ pub use scratch::{AttnScratch, MAX_ROWS};
 pub(crate) use stack::{stack_compressors, AttnWeightSource};
 pub(crate) use stages::{compress_params, index_score_shape};
 pub use state::{AttnSnapshot, AttnState, CompCache, StepMeta};
+pub use step::Q8In;
 pub use step::StageMarks;
 pub(crate) use step::{grouped_gemv, Job};
+pub(crate) use step::{grouped_gemv_q8, q8_engaged};
 
 use dsv4_kernels::cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut};
 

@@ -102,8 +102,8 @@ impl<'a> Step<'a> {
         )
     }
 
-    /// One grouped FP8-activation GEMV (the kernel [`GpuContext::gemv_q8_kernel`] picks) over `jobs` (FP8 weights) sharing the inner dim `k`, their
-    /// common input's e4m3 codes and scales in `sc.x8` / `sc.x8_scales` (written by its preparation).
+    /// One grouped FP8-activation GEMV over `jobs` (FP8 weights) sharing the inner dim `k`, their common input's
+    /// e4m3 codes and scales in `sc.x8` / `sc.x8_scales` (written by its preparation).
     fn gemv_q8(
         &self,
         k: usize,
@@ -111,33 +111,31 @@ impl<'a> Step<'a> {
         jobs: &[Job],
         sc: &mut AttnScratch,
     ) -> Result<(), GpuError> {
-        let kernel = self
-            .ctx
-            .gemv_q8_kernel(self.rows)
-            .ok_or_else(|| GpuError::Unsupported("no FP8-activation GEMV on this device".into()))?;
-        let x8 = (dptr(&sc.x8, self.s), dptr(&sc.x8_scales, self.s));
-        let (p, tiles) = gemv_params(self.rows, k, out_bf16, jobs, &mut sc.gemv, self.s)?;
-        let splits = kernel.splits(self.ctx.info.sm_count as usize, tiles, k);
-        let mut q = GemvQ8X::default();
-        for g in 0..jobs.len() {
-            (q.xq[g], q.xs[g]) = x8;
-        }
-        let (ws_len, cnt_len) = (sc.gemv.ws.len(), sc.gemv.cnt.len());
-        // SAFETY: every Job's w/s/out was built by the caller from an FP8 linear of n x k weights and a buffer of
-        // rows x n outputs; x8 / x8_scales hold max_rows x k codes and their scales (AttnScratch::new); ws/cnt
-        // are the scratch's, their lengths checked by the launcher.
-        unsafe {
-            self.ctx.launch_gemv_q8(
-                self.s,
-                kernel,
-                (jobs.len(), splits),
-                &p,
-                &q,
-                ws_len,
-                cnt_len,
-            )
-        }?;
-        Ok(())
+        let x8 = Q8In {
+            codes: dptr(&sc.x8, self.s),
+            scales: dptr(&sc.x8_scales, self.s),
+        };
+        self.gemv_q8_on(x8, k, out_bf16, jobs, sc)
+    }
+
+    /// [`Self::gemv_q8`] on the codes `x8` (rows x k codes, rows x k / 128 scales).
+    pub(super) fn gemv_q8_on(
+        &self,
+        x8: Q8In,
+        k: usize,
+        out_bf16: bool,
+        jobs: &[Job],
+        sc: &mut AttnScratch,
+    ) -> Result<(), GpuError> {
+        grouped_gemv_q8(
+            self.ctx,
+            self.s,
+            self.rows,
+            (k, out_bf16),
+            jobs,
+            x8,
+            &mut sc.gemv,
+        )
     }
 
     /// [`Self::gemv_q8`] when `q8` (the input's preparation wrote its codes: [`Self::with_codes`]), else
@@ -161,10 +159,7 @@ impl<'a> Step<'a> {
     /// Whether this step's FP8 linears of inner dim `k` whose input the official numerics quantise take the
     /// FP8-activation GEMV: where it runs, from [`gemv_q8_min_rows`] rows, K in whole 128-value blocks.
     pub(super) fn q8(&self, quantised: bool, k: usize) -> bool {
-        quantised
-            && self.rows >= gemv_q8_min_rows()
-            && k.is_multiple_of(GEMV_Q8_BLOCK)
-            && self.ctx.gemv_q8_kernel(self.rows).is_some()
+        quantised && q8_engaged(self.ctx, self.rows, k)
     }
 
     /// Points the row preparation `p` at the FP8 codes and scales of `sc.x8` when `want` (the step takes the
@@ -213,6 +208,50 @@ pub(crate) fn grouped_gemv(
     // SAFETY: every Job's x/w/s/out was built by the caller from buffers holding rows x k inputs, n x k
     // weights (+ scales) and rows x n outputs; ws/cnt are the scratch's, their lengths checked by the launcher.
     unsafe { ctx.launch_gemv_grouped(s, wt, jobs.len(), splits, path, &p, ws_len, cnt_len) }?;
+    Ok(())
+}
+
+/// Device addresses of an FP8-activation GEMV's input: e4m3 codes `[rows, k]` and f32 scales `[rows, k / 128]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Q8In {
+    pub codes: u64,
+    pub scales: u64,
+}
+
+/// Whether an FP8 linear of inner dim `k` whose input the official numerics quantise runs on the FP8-activation
+/// GEMV at `rows` rows: one runs here for that many rows, from [`gemv_q8_min_rows`] rows, K in whole 128-value
+/// blocks. Producers of codes (the HCPre) ask the same question, so they write codes just when they are read.
+pub(crate) fn q8_engaged(ctx: &GpuContext, rows: usize, k: usize) -> bool {
+    rows >= gemv_q8_min_rows()
+        && k.is_multiple_of(GEMV_Q8_BLOCK)
+        && ctx.gemv_q8_kernel(rows).is_some()
+}
+
+/// One grouped FP8-activation GEMV (the kernel [`GpuContext::gemv_q8_kernel`] picks) over `jobs` (FP8 weights)
+/// sharing the batch `rows`, the inner dim `k` and the input `x8`; split-K through `scratch`.
+pub(crate) fn grouped_gemv_q8(
+    ctx: &GpuContext,
+    s: &CudaStream,
+    rows: usize,
+    (k, out_bf16): (usize, bool),
+    jobs: &[Job],
+    x8: Q8In,
+    scratch: &mut GemvScratch,
+) -> Result<(), GpuError> {
+    let kernel = ctx
+        .gemv_q8_kernel(rows)
+        .ok_or_else(|| GpuError::Unsupported(format!("no FP8-activation GEMV for {rows} rows")))?;
+    let (p, tiles) = gemv_params(rows, k, out_bf16, jobs, scratch, s)?;
+    let splits = kernel.splits(ctx.info.sm_count as usize, tiles, k);
+    let mut q = GemvQ8X::default();
+    for g in 0..jobs.len() {
+        (q.xq[g], q.xs[g]) = (x8.codes, x8.scales);
+    }
+    let (ws_len, cnt_len) = (scratch.ws.len(), scratch.cnt.len());
+    // SAFETY: every Job's w/s/out was built by the caller from an FP8 linear of n x k weights and a buffer of
+    // rows x n outputs; x8 holds rows x k codes and their scales (the caller's); ws/cnt are the scratch's,
+    // their lengths checked by the launcher.
+    unsafe { ctx.launch_gemv_q8(s, kernel, (jobs.len(), splits), &p, &q, ws_len, cnt_len) }?;
     Ok(())
 }
 

@@ -280,6 +280,7 @@ impl HcWorkspace for PrefillWs {
             a: &mut self.io.a,
             aq: &mut self.io.aq,
             xq: None,
+            codes: None,
             attn_out: &self.io.attn_out,
             y_routed: &self.moe.ex.y_routed,
             y_shared: &self.moe.ex.y_shared,
