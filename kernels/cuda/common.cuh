@@ -41,6 +41,26 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Last-block election over a device counter (split-K finishes, moe_route_group's grouping): every thread's
+// writes so far, a block barrier, then one acq_rel atomic at gpu scope by thread 0 (its release is cumulative:
+// it covers the block's writes ordered before it by the barrier; its acquire covers the earlier arrivals'),
+// then a barrier, after which the last block to arrive (true for all its threads) may read what every block
+// wrote before arriving. That block resets the counter, so the next launch (or graph replay) finds zero. The
+// same pattern as CUTLASS's split-K semaphore; it replaced a __threadfence (fence.sc.gpu) by every thread of
+// every block before the count and another in the last block (kernels/BENCH_NOTES.md, twenty-seventh session).
+__device__ __forceinline__ bool block_arrives_last(u32* counter, u32 blocks) {
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32 old;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+        last = old == blocks - 1u;
+        if (last) asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
+    }
+    __syncthreads();
+    return last;
+}
+
 // bf16 bits -> f32: exact (bf16 is the top half of an f32).
 __device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
 

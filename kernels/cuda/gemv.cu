@@ -233,18 +233,8 @@ __device__ __forceinline__ void gemv_fp8x_step(float* acc, const uint4 (&wv)[2][
 
 // Called by every thread after this block's partials are stored: the last block of the row tile reduces.
 __device__ __forceinline__ void gemv_splitk_finish(const GemvParams& p, int g, int N, const float* ws) {
-    __shared__ int last;
     const int tiles = (p.nmax + 31) >> 5;
-    __threadfence();  // this block's partials are visible before its arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* c = p.cnt + (u64)g * tiles + blockIdx.x;
-        last = atomicAdd(c, 1u) == gridDim.y - 1u;
-        if (last) atomicExch(c, 0u);
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_arrives_last(p.cnt + (u64)g * tiles + blockIdx.x, gridDim.y)) return;
     const int row0 = blockIdx.x * 32;
     for (int i = threadIdx.x; i < 32 * p.B; i += blockDim.x) {
         const int row = row0 + (i & 31), b = i >> 5;

@@ -139,18 +139,8 @@ __device__ __forceinline__ void ring_bf16_step(float* acc, u32 ws, u32 xs, int w
 // the rows allow it.
 template <int ROWS, int U>
 __device__ __forceinline__ void ring_splitk_finish(const GemvParams& p, int grp, int row0, const float* ws) {
-    __shared__ int last;
     const int N = p.n[grp], B = p.B, S = gridDim.y;
-    __threadfence();  // this block's partials are visible before its arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u32* c = p.cnt + (u64)grp * ((p.nmax + 31) >> 5) + (row0 >> 5);
-        last = atomicAdd(c, 1u) == (u32)S - 1u;
-        if (last) atomicExch(c, 0u);
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_arrives_last(p.cnt + (u64)grp * ((p.nmax + 31) >> 5) + (row0 >> 5), (u32)S)) return;
     const int nr = min(ROWS, N - row0);
     if ((N & 3) == 0 && (p.nmax & 3) == 0) {
         // U float4 items per thread and pass, all their split loads issued before the first add: at batch 64

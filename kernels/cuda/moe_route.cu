@@ -200,9 +200,8 @@ __device__ __forceinline__ void route_group_warp(const int* sid, int S, int E, i
 //   scratch: the barrier separates the last score read from its first write). No device counter, fences or
 //   atomics: at batch 1 v1 (below, then for every batch) took 12.5 us per layer.
 // - grid ceil(rows / 4), block 128: the last block to finish (a device counter, `counter`, zero between
-//   launches: that block resets it) groups all rows' ids into meta. Ordering: every block fences its ids
-//   before counting itself in; the last block fences after seeing the full count and reads the ids from L2
-//   (moe_group_block), so it sees every block's writes.
+//   launches: that block resets it) groups all rows' ids into meta. Ordering: block_arrives_last (common.cuh),
+//   then the last block reads the ids from L2 (moe_group_block), so it sees every block's writes.
 #define MOE_ROUTE_SCORES 5120  // moe_group_block's scratch (ints), also the one-block path's score scratch
 extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     const float* __restrict__ logits, const float* __restrict__ bias, const i32* __restrict__ tid2eid,
@@ -211,7 +210,6 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     pdl_wait();
     if (early) pdl_trigger();  // the expert blocks are placed now and wait for the table (launcher: route_early)
     __shared__ __align__(16) int sm[MOE_ROUTE_SCORES];  // moe_group_block's scratch; one block: the scores first
-    __shared__ int last;
     const int warp = threadIdx.x >> 5, row = blockIdx.x * (blockDim.x >> 5) + warp;
     const int S = rows * topk;
     if (gridDim.x == 1) {
@@ -234,16 +232,9 @@ extern "C" __global__ void __launch_bounds__(512) moe_route_group(
     }
     if (row < rows)
         route_row_any(logits, bias, tid2eid, tokens, E, topk, route_scale, ids, wts, row, nullptr, nullptr);
-    __threadfence();  // this thread's ids and weights are visible device-wide before the block counts itself
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1) == (int)gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    // The last block to arrive (block_arrives_last: the others' ids are visible to it) groups, and resets the counter.
+    if (!block_arrives_last(reinterpret_cast<u32*>(counter), gridDim.x)) return;
     moe_group_block(ids, S, E, meta, sm);
-    if (threadIdx.x == 0) *counter = 0;
 }
 
 // One SwiGLU value as moe_swiglu computes it: silu(min(g, L)) * clamp(u, -L, L) * w, rounded through bf16 unless
